@@ -1,0 +1,5 @@
+"""``python -m kvwatch``."""
+
+from kvwatch.cli import main
+
+main()

@@ -1,0 +1,48 @@
+"""The ``kvwatch`` command line: registers each command and maps errors to exit codes.
+
+Commands live in ``kvwatch.commands``; each is a plain function whose annotations typer reads,
+and ends with ``raise typer.Exit(code)`` when the code is not 0.
+Exit codes (CONTRACTS.md): 0 success, 1 input read but unusable, 2 usage error. Bad input never
+prints a traceback: commands raise ``kvwatch.errors.KvwatchError`` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from kvwatch.commands import analyze, capacity, snapshot, watch
+from kvwatch.errors import KvwatchError
+
+app = typer.Typer(
+    name="kvwatch",
+    help="Observability for vLLM's KV cache: capacity, memory-bound saturation, preemptions.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("analyze")(analyze.analyze)
+app.command("snapshot")(snapshot.snapshot)
+app.command("capacity")(capacity.capacity)
+app.command("fleet")(capacity.fleet)
+app.command("watch")(watch.watch)
+app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(watch.run)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point.
+
+    typer's standalone mode handles usage errors (exit 2 with a one-line message) and
+    ``typer.Exit``; kvwatch's own errors are turned into one line here.
+    """
+    try:
+        app(args=argv, prog_name="kvwatch")
+    except KvwatchError as exc:
+        print(f"kvwatch: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:  # `kvwatch analyze ... | head`
+        sys.stderr.close()
+        sys.exit(0)
+    except KeyboardInterrupt:
+        sys.exit(130)

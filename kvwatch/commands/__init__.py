@@ -1,0 +1,1 @@
+"""Commands: the edge where the stages are wired together for each CLI command."""

@@ -1,0 +1,1 @@
+"""Export: Prometheus exposition and human/JSON reports."""

@@ -1,0 +1,1 @@
+"""Parse: pure functions from text to records. No files, network or clock."""

@@ -1,0 +1,1 @@
+"""Reconcile: config math (expected capacity) held against what vLLM reports and does."""

@@ -1,0 +1,1 @@
+"""Sources: bytes in (log tail, /metrics scrape, child process). No parsing here."""
