@@ -1,15 +1,186 @@
-"""`kvwatch watch` and `kvwatch run` (placeholder until the sidecar issue lands)."""
+"""``kvwatch watch`` (tail + scrape + reconcile + export) and ``kvwatch run`` (wrapper mode).
+
+Flags and ``KVWATCH_*`` variables land in one ``WatchSettings`` (kvwatch.settings); this module
+builds the sources, the parser and the expectation from them and hands them to
+``kvwatch.sidecar.Sidecar``.
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
 from kvwatch.errors import UsageError
+from kvwatch.settings import WatchSettings, env_name
 
 
-def watch() -> int:
-    """Not built yet."""
-    raise UsageError("kvwatch watch is not built yet")
+def _opt(field: str, help_text: str, *flags: str, **kw: Any) -> Any:
+    """A typer option whose help names the KVWATCH_* variable that also sets it."""
+    return typer.Option(*flags, help=f"{help_text} [env: {env_name(field)}]", show_default=False, **kw)
 
 
-def run() -> int:
-    """Not built yet."""
-    raise UsageError("kvwatch run is not built yet")
+LogOpt = Annotated[str | None, _opt("log", "vLLM log file to follow, or - for stdin.", "--log")]
+MetricsOpt = Annotated[str | None, _opt("metrics_url", "vLLM /metrics URL to scrape.", "--metrics-url")]
+ModelConfigOpt = Annotated[
+    Path | None, _opt("model_config_path", "The model's config.json (or its folder).", "--model-config")
+]
+ModelOpt = Annotated[str | None, _opt("model", "Model id or catalogue name (instead of --model-config).", "--model")]
+ListenOpt = Annotated[
+    str | None, _opt("listen", "HOST:PORT for /metrics and /healthz [default 0.0.0.0:9400].", "--listen")
+]
+IntervalOpt = Annotated[
+    float | None, _opt("scrape_interval", "Seconds between /metrics scrapes [default 5].", "--scrape-interval")
+]
+TimeoutOpt = Annotated[
+    float | None, _opt("scrape_timeout", "Seconds before a scrape is abandoned [default 3].", "--scrape-timeout")
+]
+TokenOpt = Annotated[str | None, _opt("bearer_token", "Bearer token for a protected /metrics.", "--bearer-token")]
+InsecureOpt = Annotated[bool | None, _opt("insecure", "Skip TLS verification of --metrics-url.", "--insecure")]
+CaOpt = Annotated[Path | None, _opt("ca_file", "CA bundle for --metrics-url.", "--ca-file")]
+FromStartOpt = Annotated[bool | None, _opt("from_start", "Read the log from its start, not its end.", "--from-start")]
+StateDirOpt = Annotated[Path | None, _opt("state_dir", "Keep the log position here across restarts.", "--state-dir")]
+ReplayOpt = Annotated[Path | None, _opt("replay", "Replay a saved log at its recorded pace.", "--replay")]
+SpeedOpt = Annotated[float | None, _opt("speed", "Replay pace multiplier [default 1].", "--speed")]
+WindowOpt = Annotated[float | None, _opt("window", "Saturation window W in seconds [default 60].", "--window")]
+ThresholdOpt = Annotated[
+    float | None, _opt("threshold", "KV usage peak 0..1 for memory_bound [default 0.9].", "--threshold")
+]
+MaxSeqsOpt = Annotated[
+    int | None, _opt("max_num_seqs", "vLLM's max_num_seqs if the log does not say.", "--max-num-seqs")
+]
+DtypeOpt = Annotated[str | None, _opt("kv_cache_dtype", "KV cache dtype if the log does not say.", "--kv-cache-dtype")]
+TpOpt = Annotated[
+    int | None, _opt("tensor_parallel_size", "TP size if the log does not say.", "--tensor-parallel-size")
+]
+
+
+def _settings(**flags: Any) -> WatchSettings:
+    given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        return WatchSettings(**given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
+        raise UsageError(f"{where}: {first.get('msg', 'invalid')}".replace("Value error, ", "")) from None
+
+
+def watch(
+    log: LogOpt = None,
+    metrics_url: MetricsOpt = None,
+    model_config: ModelConfigOpt = None,
+    model: ModelOpt = None,
+    listen: ListenOpt = None,
+    scrape_interval: IntervalOpt = None,
+    scrape_timeout: TimeoutOpt = None,
+    bearer_token: TokenOpt = None,
+    insecure: InsecureOpt = None,
+    ca_file: CaOpt = None,
+    from_start: FromStartOpt = None,
+    state_dir: StateDirOpt = None,
+    replay: ReplayOpt = None,
+    speed: SpeedOpt = None,
+    window: WindowOpt = None,
+    threshold: ThresholdOpt = None,
+    max_num_seqs: MaxSeqsOpt = None,
+    kv_cache_dtype: DtypeOpt = None,
+    tensor_parallel_size: TpOpt = None,
+) -> None:
+    """The sidecar: tail vLLM's log, scrape its /metrics, reconcile, export kvwatch_* metrics."""
+    settings = _settings(
+        log=log,
+        metrics_url=metrics_url,
+        model_config_path=model_config,
+        model=model,
+        listen=listen,
+        scrape_interval=scrape_interval,
+        scrape_timeout=scrape_timeout,
+        bearer_token=bearer_token,
+        insecure=insecure,
+        ca_file=ca_file,
+        from_start=from_start,
+        state_dir=state_dir,
+        replay=replay,
+        speed=speed,
+        window=window,
+        threshold=threshold,
+        max_num_seqs=max_num_seqs,
+        kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+    if settings.log is None and settings.replay is None and settings.metrics_url is None:
+        raise UsageError("nothing to watch: give --log FILE (or -), --replay FILE, and/or --metrics-url URL")
+    from kvwatch.sidecar import build_sidecar, line_source_for
+
+    sidecar = build_sidecar(settings, line_source_for(settings))
+    _serve_until_signal(sidecar)
+
+
+def run(
+    ctx: typer.Context,
+    metrics_url: MetricsOpt = None,
+    model_config: ModelConfigOpt = None,
+    model: ModelOpt = None,
+    listen: ListenOpt = None,
+    scrape_interval: IntervalOpt = None,
+    scrape_timeout: TimeoutOpt = None,
+    bearer_token: TokenOpt = None,
+    insecure: InsecureOpt = None,
+    ca_file: CaOpt = None,
+    window: WindowOpt = None,
+    threshold: ThresholdOpt = None,
+    max_num_seqs: MaxSeqsOpt = None,
+    kv_cache_dtype: DtypeOpt = None,
+    tensor_parallel_size: TpOpt = None,
+) -> None:
+    """Wrapper mode: start vLLM as a child (after --), pass its output through, read and export it."""
+    argv = list(ctx.args)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("no command to run: kvwatch run [watch options] -- vllm serve MODEL ...")
+    settings = _settings(
+        metrics_url=metrics_url,
+        model_config_path=model_config,
+        model=model,
+        listen=listen,
+        scrape_interval=scrape_interval,
+        scrape_timeout=scrape_timeout,
+        bearer_token=bearer_token,
+        insecure=insecure,
+        ca_file=ca_file,
+        window=window,
+        threshold=threshold,
+        max_num_seqs=max_num_seqs,
+        kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+    from kvwatch.sidecar import build_sidecar, child_line_source
+
+    source, child = child_line_source(argv)
+    sidecar = build_sidecar(settings, source)
+    code = child.wait()
+    sidecar.log_finished.wait(timeout=5)
+    sidecar.stop()
+    raise typer.Exit(code)
+
+
+def _serve_until_signal(sidecar: Any) -> None:
+    stop = threading.Event()
+
+    def handle(signum: int, _frame: object) -> None:
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        sidecar.stop()
+    sys.exit(0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 
 DEFAULT_WINDOW_SECONDS = 60.0
 DEFAULT_THRESHOLD = 0.9
@@ -86,7 +87,7 @@ def verdict(states: list[str]) -> str:
     there are none."""
     if not states:
         return "unknown"
-    sustained = {a for a, b in zip(states, states[1:], strict=False) if a == b}
+    sustained = {a for a, b in pairwise(states) if a == b}
     if not sustained:
         sustained = set(states) if len(states) == 1 else set()
     for state in VERDICT_ORDER:

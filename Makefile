@@ -1,0 +1,34 @@
+# One command runs every check: `make check` (format, lint, types, tests incl. promtool).
+# `make test` is the README's test command; `make e2e` adds the real-vLLM end-to-end tests.
+PY ?= .venv/bin/python
+VENV ?= .venv
+
+.PHONY: venv check fmt lint types test e2e bench contract
+
+venv:
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+
+fmt:
+	$(PY) -m ruff format --check kvwatch tests benchmarks
+
+lint:
+	$(PY) -m ruff check kvwatch tests benchmarks
+
+types:
+	$(PY) -m mypy
+
+test:
+	$(PY) -m pytest -q
+
+e2e:
+	KVWATCH_RUN_VLLM=1 $(PY) -m pytest -q tests/e2e
+
+contract:
+	python3 ../shared/tools/check_contract.py --kvwatch "$(VENV)/bin/kvwatch"
+
+bench:
+	$(PY) benchmarks/analyze_speed.py
+	$(PY) benchmarks/footprint.py
+
+check: lint types test

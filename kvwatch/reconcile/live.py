@@ -1,0 +1,556 @@
+"""The sidecar's live state: log records and scrapes in, one consistent view out.
+
+Owns, per (model_name, engine): the observed scheduler numbers (from /metrics when fresh, else
+from the log), the saturation state (kvwatch.reconcile.saturation), reset-aware preemption
+counters, the observed request footprint, and the reconcile ratios of what vLLM reports against
+what the model's config.json predicts. It renders that as plain samples for the exporter.
+
+No I/O and no clock: every call takes ``now`` (seconds, wall clock) from the caller. Not
+thread-safe by itself; the wiring serialises calls with one lock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from kvwatch import __version__
+from kvwatch.export.catalogue import STATES
+from kvwatch.parse.histogram import bucket_delta, bucket_quantile
+from kvwatch.reconcile.saturation import DEFAULT_THRESHOLD, DEFAULT_WINDOW_SECONDS, Observation, SaturationJudge
+from kvwatch.records import (
+    EngineSample,
+    ErrorRecord,
+    FactRecord,
+    LogRecord,
+    MetricsSnapshot,
+    PreemptionRecord,
+    PrefixHitRecord,
+    RunStartRecord,
+    StatsRecord,
+)
+
+GIB = 1 << 30
+MISMATCH_TOLERANCE = 0.02  # a reconcile ratio further than 2 % from 1 is logged (once per cause)
+MAX_ENGINES = 64  # label cardinality bound: engines are DP ranks, never request-derived
+FOOTPRINT_WINDOW_SECONDS = 600.0  # request sizes are judged over the last 10 minutes of scrapes
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One exported value: metric name (from the catalogue), labels, value."""
+
+    name: str
+    labels: Labels
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something worth one line of kvwatch's own log (state change, mismatch, source change)."""
+
+    kind: str  # "state", "mismatch", "source", "restart"
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What the model's config predicts, given the server's settings (from capacity's model).
+
+    ``bytes_per_token`` is per GPU; ``pool_tokens_for(kv_bytes)`` turns KV memory into pool
+    tokens as vLLM would (whole blocks); ``lever_concurrency(pool_tokens, request_tokens)``
+    gives the what-if table. All optional: without a config.json there is no expectation.
+    """
+
+    bytes_per_token: float | None
+    pool_tokens_for: Callable[[float], float] | None = None
+    whatif: Callable[[float, float], dict[str, float]] | None = None
+
+
+ExpectedFactory = Callable[[dict[str, object]], Expected | None]
+"""Builds the expectation from the facts known so far (kv_cache_dtype, tp, block size, ...)."""
+
+
+class _Counter:
+    """A kvwatch counter fed from a source counter that may reset (vLLM restarts)."""
+
+    __slots__ = ("last", "total")
+
+    def __init__(self) -> None:
+        self.total: float | None = None
+        self.last: float | None = None
+
+    def observe_cumulative(self, value: float) -> float:
+        """Feed the source's cumulative value; returns the increase it represents."""
+        if self.total is None or self.last is None:
+            self.total, self.last = value, value
+            return 0.0
+        increase = value if value < self.last else value - self.last  # a drop is a restart
+        self.total += increase
+        self.last = value
+        return increase
+
+    def add(self, amount: float) -> None:
+        """Add an increase (per-interval counts such as V1's "Preemptions: N")."""
+        self.total = (self.total or 0.0) + amount
+
+    def restarted(self) -> None:
+        """The source restarted: its next cumulative value counts from zero."""
+        if self.last is not None:
+            self.last = 0.0
+
+
+@dataclass
+class _Engine:
+    engine: str
+    model_name: str | None = None
+    judge: SaturationJudge = field(default_factory=SaturationJudge)
+    state: str | None = None
+    log_stats: StatsRecord | None = None
+    log_stats_at: float | None = None
+    scrape: EngineSample | None = None
+    scrape_at: float | None = None
+    preempt_metrics: _Counter = field(default_factory=_Counter)
+    preempt_log: _Counter = field(default_factory=_Counter)
+    pending_preemptions: float = 0.0
+    footprint: deque[tuple[float, EngineSample]] = field(default_factory=deque)
+
+
+class LiveState:
+    """The reconciler: ``on_log_record`` / ``on_scrape`` in, ``samples()`` and events out."""
+
+    def __init__(
+        self,
+        *,
+        expected: ExpectedFactory | None = None,
+        window_seconds: float = DEFAULT_WINDOW_SECONDS,
+        threshold: float = DEFAULT_THRESHOLD,
+        scrape_interval: float = 5.0,
+        max_num_seqs: int | None = None,
+    ) -> None:
+        self._expected_factory = expected
+        self.window_seconds = window_seconds
+        self.threshold = threshold
+        self.scrape_interval = scrape_interval
+        self._max_num_seqs_override = max_num_seqs
+        self.facts: dict[str, object] = {}
+        self.cache_config: dict[str, object] = {}
+        self.engines: dict[str, _Engine] = {}
+        self.record_counts: dict[str, float] = {}
+        self.sources: dict[str, dict[str, float | None]] = {}
+        self._source_up: dict[str, bool] = {}
+        self._mismatch_logged: set[str] = set()
+        self._expected: Expected | None = None
+        self._expected_key: tuple[object, ...] | None = None
+
+    # ------------------------------------------------------------------ inputs
+
+    def on_log_record(self, record: LogRecord, now: float) -> list[Event]:
+        """Apply one parsed log record."""
+        events: list[Event] = []
+        if isinstance(record, StatsRecord):
+            self._count("stats")
+            eng = self._engine(str(record.engine if record.engine is not None else 0))
+            eng.log_stats, eng.log_stats_at = record, now
+            if record.preemptions:
+                eng.preempt_log.add(record.preemptions)
+                eng.pending_preemptions += record.preemptions
+            if not self._metrics_fresh(eng, now):
+                events += self._judge(eng, now)
+        elif isinstance(record, FactRecord):
+            self._count("startup")
+            self.facts[record.field] = record.value
+            events += self._reconcile_events()
+        elif isinstance(record, PreemptionRecord):
+            self._count("preemption")
+            eng = self._engine("0")
+            if record.cumulative is not None:
+                before = eng.preempt_log.total
+                eng.preempt_log.observe_cumulative(record.cumulative)
+                if before is None:  # V0 logs every 50th: the first warning states the total so far
+                    eng.preempt_log.total = float(record.cumulative)
+                eng.pending_preemptions += 1
+        elif isinstance(record, RunStartRecord):
+            self._count("run_start")
+            for eng in self.engines.values():
+                eng.preempt_metrics.restarted()
+                eng.preempt_log.restarted()
+            events.append(Event("restart", "vLLM started (a new startup block in the log)"))
+        elif isinstance(record, ErrorRecord):
+            self._count("error")
+            events.append(Event("error", f"vLLM reported {record.kind}: {record.message[:200]}"))
+        elif isinstance(record, PrefixHitRecord):
+            self._count("prefix_hit")
+        return events
+
+    def on_scrape(self, snapshot: MetricsSnapshot, now: float) -> list[Event]:
+        """Apply one successful /metrics scrape."""
+        events: list[Event] = []
+        if snapshot.cache_config:
+            self.cache_config = dict(snapshot.cache_config)
+        for sample in snapshot.engines:
+            eng = self._engine(sample.engine or "0")
+            if sample.model_name:
+                eng.model_name = sample.model_name
+            if sample.preemptions_total is not None:
+                eng.pending_preemptions += eng.preempt_metrics.observe_cumulative(sample.preemptions_total)
+            eng.scrape, eng.scrape_at = sample, now
+            eng.footprint.append((now, sample))
+            while eng.footprint and now - eng.footprint[0][0] > FOOTPRINT_WINDOW_SECONDS:
+                eng.footprint.popleft()
+            events += self._judge(eng, now)
+        events += self._reconcile_events()
+        return events
+
+    def on_source(self, source: str, ok: bool, now: float, duration: float, error: str | None = None) -> list[Event]:
+        """Record the outcome of one read of a source (``log`` or ``metrics``)."""
+        info = self.sources.setdefault(source, {"up": 0.0, "duration": None, "last_success": None, "errors": 0.0})
+        info["up"] = 1.0 if ok else 0.0
+        info["duration"] = duration
+        if ok:
+            info["last_success"] = now
+        else:
+            info["errors"] = (info["errors"] or 0.0) + 1
+        was = self._source_up.get(source)
+        self._source_up[source] = ok
+        if was is None and ok:
+            return []
+        if was is not ok:
+            what = "recovered" if ok else f"down: {error or 'unknown error'}"
+            return [Event("source", f"source {source} {what}")]
+        return []
+
+    # ------------------------------------------------------------------ derived values
+
+    def max_num_seqs(self) -> int | None:
+        """vLLM's max_num_seqs: the override, the log's args, or None."""
+        if self._max_num_seqs_override is not None:
+            return self._max_num_seqs_override
+        value = self.facts.get("config.max_num_seqs")
+        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    def pool_tokens(self) -> dict[str, float]:
+        """Pool size in tokens by source: log, metrics, config (expected)."""
+        out: dict[str, float] = {}
+        tokens = _num(self.facts.get("capacity.kv_cache_tokens"))
+        blocks = _num(self.facts.get("capacity.gpu_blocks"))
+        block_size = _num(self.facts.get("capacity.block_size")) or _num(self.facts.get("config.block_size"))
+        if tokens is not None:
+            out["log"] = tokens
+        elif blocks is not None and block_size:
+            out["log"] = blocks * block_size
+        m_tokens = _num(self.cache_config.get("kv_cache_size_tokens"))
+        m_blocks = _num(self.cache_config.get("num_gpu_blocks"))
+        m_block_size = _num(self.cache_config.get("block_size"))
+        if m_tokens is not None:
+            out["metrics"] = m_tokens
+        elif m_blocks is not None and m_block_size:
+            out["metrics"] = m_blocks * m_block_size
+        expected = self.expected()
+        kv_bytes = self.kv_memory_bytes()
+        override = _num(self.facts.get("capacity.num_gpu_blocks_override")) or _num(
+            self.cache_config.get("num_gpu_blocks_override")
+        )
+        if override is not None and (block_size or m_block_size):
+            # --num-gpu-blocks-override replaces vLLM's computed pool: the expectation is the override.
+            out["config"] = override * float(block_size or m_block_size or 0)
+        elif expected and expected.pool_tokens_for and kv_bytes is not None:
+            out["config"] = expected.pool_tokens_for(kv_bytes)
+        return out
+
+    def kv_memory_bytes(self) -> float | None:
+        """KV-cache memory vLLM reports (log GiB, or cache_config's kv_cache_memory_bytes)."""
+        gib = _num(self.facts.get("capacity.kv_cache_memory_gib"))
+        if gib is not None:
+            return gib * GIB
+        return _num(self.cache_config.get("kv_cache_memory_bytes"))
+
+    def bytes_per_token(self) -> dict[str, float]:
+        """KV bytes per token by source: config (expected) and observed (log memory / log pool)."""
+        out: dict[str, float] = {}
+        expected = self.expected()
+        if expected and expected.bytes_per_token:
+            out["config"] = expected.bytes_per_token
+        kv_bytes = self.kv_memory_bytes()
+        pool = self.pool_tokens()
+        observed_pool = pool.get("log") or pool.get("metrics")
+        if kv_bytes and observed_pool and "capacity.num_gpu_blocks_override" not in self.facts:
+            out["observed"] = kv_bytes / observed_pool
+        return out
+
+    def max_model_len(self) -> float | None:
+        """max_model_len as the log or the concurrency line states it."""
+        return _num(self.facts.get("config.max_seq_len")) or _num(
+            self.facts.get("capacity.max_concurrency.tokens_per_request")
+        )
+
+    def request_tokens(self, eng: _Engine) -> dict[str, float]:
+        """Observed KV footprint of one request (prompt + generation) at p50 and p95."""
+        if len(eng.footprint) >= 2:
+            first, last = eng.footprint[0][1], eng.footprint[-1][1]
+        elif eng.footprint:
+            first, last = None, eng.footprint[-1][1]
+        else:
+            return self._footprint_from_log(eng)
+        out: dict[str, float] = {}
+        for q, label in ((0.5, "0.5"), (0.95, "0.95")):
+            total = 0.0
+            for attr in ("request_prompt_tokens", "request_generation_tokens"):
+                new = getattr(last, attr)
+                if new is None or not new.buckets:
+                    return self._footprint_from_log(eng)
+                old = getattr(first, attr) if first is not None else None
+                buckets = bucket_delta(new.buckets, old.buckets) if old is not None and old.buckets else new.buckets
+                if not buckets or buckets[-1][1] <= 0:
+                    buckets = new.buckets  # nothing finished in the window: use the whole history
+                value = bucket_quantile(q, buckets)
+                if value is None:
+                    return self._footprint_from_log(eng)
+                total += value
+            out[label] = total
+        return out
+
+    def _footprint_from_log(self, eng: _Engine) -> dict[str, float]:
+        """pool x usage / running: what the running requests hold on average (log only)."""
+        stats = eng.log_stats
+        pool = self.pool_tokens()
+        tokens = pool.get("log") or pool.get("metrics")
+        if not stats or not tokens or not stats.running or stats.kv_usage_pct is None:
+            return {}
+        per_request = tokens * stats.kv_usage_pct / 100.0 / stats.running
+        return {"0.5": per_request, "0.95": per_request} if per_request > 0 else {}
+
+    def expected(self) -> Expected | None:
+        """The config.json expectation for the facts known now (rebuilt when they change)."""
+        if self._expected_factory is None:
+            return None
+        known = {**{f"cache_config.{k}": v for k, v in self.cache_config.items()}, **self.facts}
+        key = tuple(sorted((k, repr(v)) for k, v in known.items() if k.startswith(("config.", "cache_config."))))
+        if key != self._expected_key:
+            self._expected = self._expected_factory(known)
+            self._expected_key = key
+        return self._expected
+
+    # ------------------------------------------------------------------ output
+
+    def samples(self, now: float) -> list[Sample]:
+        """Everything the exporter shows, computed now from the latest state."""
+        out: list[Sample] = [Sample("kvwatch_build_info", (("version", __version__),), 1.0)]
+        for source, info in sorted(self.sources.items()):
+            lab = (("source", source),)
+            out.append(Sample("kvwatch_source_up", lab, info["up"] or 0.0))
+            out.append(Sample("kvwatch_source_errors_total", lab, info["errors"] or 0.0))
+            if info["duration"] is not None:
+                out.append(Sample("kvwatch_source_duration_seconds", lab, info["duration"]))
+            if info["last_success"] is not None:
+                out.append(Sample("kvwatch_source_last_success_timestamp_seconds", lab, info["last_success"]))
+        for kind, count in sorted(self.record_counts.items()):
+            out.append(Sample("kvwatch_log_records_total", (("kind", kind),), count))
+
+        engines = self.engines or ({"0": self._engine("0")} if self.facts or self.cache_config else {})
+        pool = self.pool_tokens()
+        bpt = self.bytes_per_token()
+        kv_bytes = self.kv_memory_bytes()
+        mml = self.max_model_len()
+        block_size = _num(self.facts.get("config.block_size")) or _num(self.cache_config.get("block_size"))
+        mns = self.max_num_seqs()
+        expected = self.expected()
+        for eng in sorted(engines.values(), key=lambda e: e.engine):
+            base = (("model_name", self._model_name(eng)), ("engine", eng.engine))
+
+            def put(name: str, value: float | None, extra: Labels = (), base: Labels = base) -> None:
+                if value is not None and math.isfinite(value):
+                    out.append(Sample(name, base + extra, float(value)))
+
+            for source, value in sorted(pool.items()):
+                put("kvwatch_kv_pool_tokens", value, (("source", source),))
+            for source, value in sorted(bpt.items()):
+                put("kvwatch_kv_bytes_per_token", value, (("source", source),))
+            if kv_bytes is not None:
+                put("kvwatch_kv_pool_bytes", kv_bytes, (("source", "log"),))
+            if bpt.get("config") and pool.get("config"):
+                put("kvwatch_kv_pool_bytes", bpt["config"] * pool["config"], (("source", "config"),))
+            put("kvwatch_max_num_seqs", float(mns) if mns is not None else None)
+            observed_pool = pool.get("metrics") or pool.get("log")
+            req = self.request_tokens(eng)
+            for quantile, value in sorted(req.items()):
+                put("kvwatch_request_tokens", value, (("quantile", quantile),))
+            if observed_pool and mml:
+                put(
+                    "kvwatch_max_concurrency",
+                    _concurrency_at_len(observed_pool, mml, block_size),
+                    (("basis", "max_model_len"),),
+                )
+            if observed_pool and req.get("0.95"):
+                put("kvwatch_max_concurrency", observed_pool / req["0.95"], (("basis", "observed_p95"),))
+                if expected and expected.whatif:
+                    for lever, value in sorted(expected.whatif(observed_pool, req["0.95"]).items()):
+                        put("kvwatch_whatif_max_concurrency", value, (("lever", lever),))
+            for check, ratio in sorted(self.reconcile_ratios().items()):
+                put("kvwatch_reconcile_ratio", ratio, (("check", check),))
+
+            running, waiting, kv_ratio = self._observed(eng, now)
+            put("kvwatch_observed_running_requests", running)
+            put("kvwatch_observed_waiting_requests", waiting)
+            put("kvwatch_observed_kv_usage_ratio", kv_ratio)
+            put("kvwatch_kv_usage_peak_ratio", eng.judge.peak_kv_usage())
+            state = eng.state
+            if state is not None:
+                put("kvwatch_memory_bound", 1.0 if state == "memory_bound" else 0.0)
+                for s in STATES:
+                    put("kvwatch_saturation_state", 1.0 if s == state else 0.0, (("state", s),))
+            if eng.preempt_log.total is not None:
+                put("kvwatch_preemptions_total", eng.preempt_log.total, (("source", "log"),))
+            if eng.preempt_metrics.total is not None:
+                put("kvwatch_preemptions_total", eng.preempt_metrics.total, (("source", "metrics"),))
+            if eng.log_stats_at is not None:
+                put("kvwatch_last_stats_timestamp_seconds", eng.log_stats_at)
+        return out
+
+    def reconcile_ratios(self) -> dict[str, float]:
+        """observed / expected for pool_tokens, bytes_per_token and max_concurrency."""
+        out: dict[str, float] = {}
+        pool = self.pool_tokens()
+        observed_pool = pool.get("log") or pool.get("metrics")
+        if observed_pool and pool.get("config"):
+            out["pool_tokens"] = observed_pool / pool["config"]
+        bpt = self.bytes_per_token()
+        if bpt.get("observed") and bpt.get("config"):
+            out["bytes_per_token"] = bpt["observed"] / bpt["config"]
+        printed = _num(self.facts.get("capacity.max_concurrency.ratio")) or _num(
+            self.cache_config.get("kv_cache_max_concurrency")
+        )
+        mml = self.max_model_len()
+        block_size = _num(self.facts.get("config.block_size")) or _num(self.cache_config.get("block_size"))
+        if printed and pool.get("config") and mml:
+            expected_conc = _concurrency_at_len(pool["config"], mml, block_size)
+            if expected_conc:
+                out["max_concurrency"] = printed / expected_conc
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _engine(self, engine: str) -> _Engine:
+        eng = self.engines.get(engine)
+        if eng is None:
+            if len(self.engines) >= MAX_ENGINES:
+                engine = "overflow"  # bound the label set; DP ranks never get near this
+                eng = self.engines.get(engine)
+                if eng is not None:
+                    return eng
+            eng = _Engine(engine, judge=SaturationJudge(self.window_seconds, self.threshold, None))
+            self.engines[engine] = eng
+        return eng
+
+    def _model_name(self, eng: _Engine) -> str:
+        for value in (eng.model_name, self.facts.get("config.served_model_name"), self.facts.get("config.model")):
+            if isinstance(value, str) and value:
+                return value[:200]
+        return "unknown"
+
+    def _metrics_fresh(self, eng: _Engine, now: float) -> bool:
+        return eng.scrape_at is not None and now - eng.scrape_at <= 3 * self.scrape_interval
+
+    def _observed(self, eng: _Engine, now: float) -> tuple[float | None, float | None, float | None]:
+        if self._metrics_fresh(eng, now) and eng.scrape is not None:
+            s = eng.scrape
+            return s.running, s.waiting, s.kv_usage_ratio
+        if eng.log_stats is not None:
+            st = eng.log_stats
+            kv = st.kv_usage_pct / 100.0 if st.kv_usage_pct is not None else None
+            return _f(st.running), _f(st.waiting), kv
+        if eng.scrape is not None:
+            s = eng.scrape
+            return s.running, s.waiting, s.kv_usage_ratio
+        return None, None, None
+
+    def _judge(self, eng: _Engine, now: float) -> list[Event]:
+        eng.judge.max_num_seqs = self.max_num_seqs()
+        running, waiting, kv = self._observed(eng, now)
+        capacity = None
+        if self._metrics_fresh(eng, now) and eng.scrape is not None:
+            capacity = eng.scrape.waiting_capacity
+        obs = Observation(now, running, waiting, kv, eng.pending_preemptions, capacity)
+        eng.pending_preemptions = 0.0
+        state = eng.judge.observe(obs)
+        if state == eng.state:
+            return []
+        before, eng.state = eng.state, state
+        peak = eng.judge.peak_kv_usage()
+        detail = (
+            f"running {_fmt(running)}, waiting {_fmt(waiting)}, "
+            f"KV usage {_pct(kv)}%, peak {_pct(peak)}%"
+        )
+        return [
+            Event("state", f"engine {eng.engine} ({self._model_name(eng)}): {before or 'start'} -> {state} ({detail})")
+        ]
+
+    def _reconcile_events(self) -> list[Event]:
+        events = []
+        for check, ratio in self.reconcile_ratios().items():
+            if abs(ratio - 1.0) > MISMATCH_TOLERANCE and check not in self._mismatch_logged:
+                self._mismatch_logged.add(check)
+                events.append(
+                    Event(
+                        "mismatch",
+                        f"{check}: vLLM reports {ratio:.3f}x what config.json predicts; "
+                        f"likely cause: {self._likely_cause(check, ratio)}",
+                    )
+                )
+        return events
+
+    def _likely_cause(self, check: str, ratio: float) -> str:
+        dtype = str(self.facts.get("config.kv_cache_dtype") or self.cache_config.get("cache_dtype") or "auto")
+        tp = _num(self.facts.get("config.tensor_parallel_size")) or 1
+        if check == "bytes_per_token" and 0.45 < ratio < 0.55:
+            return "fp8 KV cache in use but not in the expectation (pass --kv-cache-dtype)"
+        if check == "bytes_per_token" and 1.9 < ratio < 2.1 and dtype.startswith("fp8"):
+            return "fp8 KV cache requested but not applied by vLLM"
+        if check == "bytes_per_token" and tp > 1 and abs(ratio - tp) < 0.1 * tp:
+            return f"tensor-parallel split: KV heads per GPU differ from total/{int(tp)}"
+        if "capacity.num_gpu_blocks_override" in self.facts:
+            return "--num-gpu-blocks-override replaced the computed pool"
+        if check in ("pool_tokens", "max_concurrency") and ratio > 1.0:
+            return "hybrid or sliding-window layout: vLLM counts windowed layers differently"
+        return "block size, memory profiling or a hybrid layout differs from the config's assumptions"
+
+    def _count(self, kind: str) -> None:
+        self.record_counts[kind] = self.record_counts.get(kind, 0.0) + 1
+
+
+def _concurrency_at_len(pool_tokens: float, max_model_len: float, block_size: float | None) -> float:
+    """vLLM's startup figure: blocks / cdiv(max_model_len, block_size) (tokens / len without blocks)."""
+    if block_size:
+        return (pool_tokens // block_size) / math.ceil(max_model_len / block_size)
+    return pool_tokens / max_model_len
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    return None
+
+
+def _f(value: int | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _pct(ratio: float | None) -> str:
+    return _fmt(ratio * 100 if ratio is not None else None)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def iter_names(samples: Iterable[Sample]) -> set[str]:
+    """The metric names present in ``samples`` (for catalogue checks)."""
+    return {s.name for s in samples}
