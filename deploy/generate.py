@@ -188,7 +188,7 @@ def alerts(s: Settings = DEFAULT) -> list[Alert]:
             f"  or\nkvwatch_reconcile_ratio{_sel(k)} < {_num(1 - s.reconcile_tolerance)}\n",
             s.reconcile_for, "warning",
             "vLLM's KV-cache capacity differs from what the model config predicts.",
-            f"{WHERE}: observed / expected {{{{ $labels.check }}}} is {{{{ $value | humanize }}}}, "
+            f"{WHERE}: observed / expected {{{{ $labels.check }}}} is {{{{ printf \"%.2f\" $value }}}}, "
             f"off by more than {_num(s.reconcile_tolerance * 100)} %.",
         ),
         Alert(
