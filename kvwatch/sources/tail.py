@@ -1,0 +1,619 @@
+"""``--log FILE``: follow a vLLM log file the way ``tail -F`` would, but lose and double nothing.
+
+What this module owns:
+
+- **Waking up.** A watchdog (inotify) observer on the file's directory sets an event when the file
+  is written, created, moved or deleted; ``wait()`` blocks on it, and always returns after
+  ``poll_interval`` at the latest, which is the whole mechanism on filesystems without inotify
+  (NFS, some FUSE and overlay mounts) or when watchdog cannot start (inotify watch limit).
+  Bursts of writes are coalesced into one poll, so the cost follows the poll rate, not the line
+  rate. No busy loop anywhere.
+- **Reading.** ``poll()`` reads what is new with ``pread`` on an open descriptor and returns
+  complete lines (``kvwatch.sources.lines``): a partial last line waits for its newline, lines
+  are bounded, bytes are decoded with replacement.
+- **Rotation.** Rename rotation and delete-and-recreate: the old file stays open and is read to
+  its end (and watched for ``rotate_wait`` seconds, since a writer may still hold it) while the
+  new file is read from its start. Copytruncate: the shrunk (or rewritten) file is read again
+  from 0, and the bytes written between our last read and the copy are read from the copy,
+  found next to the log by its content fingerprint. A file that does not exist yet is waited
+  for (``up=False``, no error).
+- **Positions.** ``commit()`` saves, atomically (tmp + ``os.replace``), the position after the
+  last line ``poll()`` returned, for every file still being read, keyed by device/inode plus a
+  SHA-256 of the file's first bytes (so a recreated file that reuses an inode, or a file
+  rewritten by copytruncate, is not mistaken for the old one). A restart resumes there: rotated
+  files are found again by inode in the same directory. The file holds hashes and offsets only,
+  never log text (logs can contain user prompts).
+
+Exactly once: every line is returned once, provided the caller commits after processing each
+batch; a batch returned but not committed before a crash is returned again after the restart.
+Known limits: bytes a writer appends between logrotate's copy and its truncate are lost by
+copytruncate itself; a rotated file moved to another directory or compressed before we read
+its end cannot be found again after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvwatch.errors import UsageError
+from kvwatch.sources.lines import DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, SourceStatus
+
+#: How many leading bytes identify a file's content. Long enough to include a timestamp (vLLM
+#: lines start "INFO 11-29 15:05:55 ..."), so two logs of the same server differ.
+FINGERPRINT_BYTES = 512
+#: One read; pread into a fresh bytes object, so this bounds a read's transient memory.
+_CHUNK = 256 * 1024
+#: Most bytes one poll reads; the rest waits for the next poll, which ``wait()`` makes immediate.
+#: Keeps a ``--from-start`` over a multi-GB log from returning millions of lines at once.
+_MAX_BATCH_BYTES = 8 << 20
+_POSITIONS_VERSION = 1
+
+
+@dataclass(slots=True)
+class _Open:
+    """A file being read: its descriptor, identity, read offset and held partial line."""
+
+    fd: int
+    dev: int
+    ino: int
+    offset: int
+    splitter: LineSplitter
+    changed_at: float  # clock time it last grew (or was opened)
+    fp_len: int = 0  # the fingerprint covers this many leading bytes ...
+    fp_hash: str = ""  # ... whose SHA-256 is this
+    detached_at: float | None = None  # clock time it was found no longer at the followed path
+    skip_first: bool = False  # started mid-line (at the end of a file): drop that fragment
+
+    @property
+    def line_end(self) -> int:
+        """Offset just after the last complete line returned (what a restart resumes from)."""
+        return self.offset - self.splitter.held
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    dev: int
+    ino: int
+    offset: int
+    fp_len: int
+    fp_hash: str
+
+
+@dataclass(slots=True)
+class _Counters:
+    lines: int = 0
+    truncated: int = 0
+    rotations: int = 0
+    truncations: int = 0
+    recovered_from_copy: int = 0  # copytruncate: bytes read from the copy
+    restore_notes: list[str] = field(default_factory=list)
+
+
+def _hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def positions_file(state_dir: Path, path: Path) -> Path:
+    """Where the positions of ``path`` are kept under ``state_dir`` (one file per followed log)."""
+    key = hashlib.sha256(os.fsencode(os.path.abspath(path))).hexdigest()[:16]
+    return state_dir / f"tail-{key}.json"
+
+
+class LogFollower:
+    """Follow one log file across rotations; see the module docstring for the guarantees.
+
+    ``path``: the log. ``state_dir``: where positions are kept (None: no persistence).
+    ``from_start``: read what is already in the file; otherwise start at its end (a file that
+    appears later, or a new file after rotation, is always read from its start; saved positions
+    win over both). ``poll_interval``: the longest ``wait()`` blocks, and the only wake-up when
+    ``use_watchdog`` is False. ``rotate_wait``: how long a rotated-away file is still read after
+    it last grew. ``coalesce``: after a file event, how long ``wait()`` lets further writes land
+    before returning (one poll per burst). ``clock``/``wall_clock``: injected time.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        state_dir: Path | None = None,
+        from_start: bool = False,
+        poll_interval: float = 1.0,
+        use_watchdog: bool = True,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        rotate_wait: float = 5.0,
+        coalesce: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self._name = self.path.name
+        self._dir = self.path.parent
+        self._max_line_bytes = max_line_bytes
+        self._poll_interval = poll_interval
+        self._rotate_wait = rotate_wait
+        self._coalesce = coalesce
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._current: _Open | None = None
+        self._detached: list[_Open] = []
+        self._error: str | None = None
+        self._commit_error: str | None = None
+        self._last_success_at: float | None = None
+        self._counters = _Counters()
+        self._pending_from_copy: list[Line] | None = None  # copytruncate: lines read from the copy
+        self._more = False  # the last poll stopped at its byte budget: wait() returns at once
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._observer: Any = None
+        self._use_watchdog = use_watchdog
+        self._watch_note: str | None = None
+        self._last_saved: str | None = None
+        self._positions: Path | None = None
+        if state_dir is not None:
+            try:
+                Path(state_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot use --state-dir {state_dir}: {exc.strerror or exc}; pass a writable directory"
+                ) from None
+            self._positions = positions_file(Path(state_dir), self.path)
+        saved = self._load_positions()
+        if saved is not None:
+            self._restore(saved)
+        elif not from_start:
+            self._open_current(at_end=True)
+        self._start_observer()
+
+    # ------------------------------------------------------------------ public
+
+    def poll(self) -> list[Line]:
+        """Every line completed since the last poll, oldest file first; never blocks."""
+        lines: list[Line] = []
+        budget = _MAX_BATCH_BYTES
+        now = self._clock()
+        self._check_path(now)
+        for f in list(self._detached):
+            budget -= self._read(f, lines, budget, now)
+            if now - max(f.detached_at or now, f.changed_at) >= self._rotate_wait and budget > 0:
+                self._finish(f, lines)
+        cur = self._current
+        if cur is not None:
+            budget -= self._read(cur, lines, budget, now)
+            if self._error is None:
+                self._last_success_at = self._wall_clock()
+        self._more = budget <= 0
+        if self._use_watchdog and self._observer is None:
+            self._start_observer()  # the directory may have appeared since
+        self._counters.lines += len(lines)
+        self._counters.truncated += sum(1 for line in lines if line.truncated)
+        return lines
+
+    def wait(self, timeout: float) -> bool:
+        """Block until the file may have changed (True) or ``min(timeout, poll_interval)`` passes."""
+        if self._more:
+            self._more = False
+            return True
+        woke = self._wake.wait(max(0.0, min(timeout, self._poll_interval)))
+        if woke and self._coalesce > 0:
+            self._stop.wait(min(self._coalesce, timeout))
+        self._wake.clear()
+        return woke
+
+    def commit(self) -> None:
+        """Persist the position after the last line returned by ``poll()`` (atomic; no-op if unchanged).
+
+        Call it once the lines returned so far have been processed: a restart resumes here.
+        """
+        if self._positions is None:
+            return
+        files = [*self._detached, *([self._current] if self._current is not None else [])]
+        doc = {
+            "version": _POSITIONS_VERSION,
+            "path": os.path.abspath(self.path),
+            "files": [
+                {"dev": f.dev, "ino": f.ino, "offset": f.line_end, "fp_len": f.fp_len, "fp_sha256": f.fp_hash}
+                for f in files
+            ],
+        }
+        text = json.dumps(doc, sort_keys=True)
+        if text == self._last_saved:
+            return
+        tmp = self._positions.with_name(self._positions.name + ".tmp")
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self._positions)
+        except OSError as exc:
+            self._commit_error = f"cannot save log positions to {self._positions}: {exc.strerror or exc}"
+            return
+        self._commit_error = None
+        self._last_saved = text
+
+    def close(self) -> None:
+        """Stop the observer and close every descriptor. Does not commit."""
+        self._stop.set()
+        self._wake.set()
+        if self._observer is not None:
+            with contextlib.suppress(Exception):  # shutting down: nothing useful to do with it
+                self._observer.stop()
+                self._observer.join(timeout=5)
+            self._observer = None
+        for f in [*self._detached, *([self._current] if self._current is not None else [])]:
+            with contextlib.suppress(OSError):
+                os.close(f.fd)
+        self._detached.clear()
+        self._current = None
+
+    def status(self) -> SourceStatus:
+        """Up while the file at ``path`` is open and readable; a missing file is down without error."""
+        return SourceStatus(
+            up=self._current is not None and self._error is None,
+            last_error=self._error or self._commit_error,
+            last_success_at=self._last_success_at,
+            lines_total=self._counters.lines,
+            truncated_lines_total=self._counters.truncated,
+            mode="inotify" if self._observer is not None else "poll",
+        )
+
+    @property
+    def up(self) -> bool:
+        """Shorthand for ``status().up``."""
+        return self._current is not None and self._error is None
+
+    @property
+    def last_error(self) -> str | None:
+        """Shorthand for ``status().last_error``: None when readable or merely not there yet."""
+        return self._error or self._commit_error
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Things worth one log line of kvwatch's own: watchdog fallback, positions not restored."""
+        notes = list(self._counters.restore_notes)
+        if self._watch_note:
+            notes.append(self._watch_note)
+        return tuple(notes)
+
+    @property
+    def rotations(self) -> tuple[int, int]:
+        """(rename/delete rotations, truncations) seen since start."""
+        return self._counters.rotations, self._counters.truncations
+
+    def __enter__(self) -> LogFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ the file at path
+
+    def _stat_path(self) -> os.stat_result | None:
+        try:
+            st = os.stat(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            self._error = f"cannot read {self.path}: {exc.strerror or exc}"
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            self._error = f"{self.path} is {kind}; pass the log file itself (or --log - for a pipe)"
+            return None
+        return st
+
+    def _check_path(self, now: float) -> None:
+        """Notice rotation, deletion, truncation; open the file at path when there is one."""
+        self._error = None
+        st = self._stat_path()
+        cur = self._current
+        if cur is not None and (st is None or (st.st_dev, st.st_ino) != (cur.dev, cur.ino)):
+            # Renamed away or deleted: keep reading the open descriptor for a while.
+            cur.detached_at = now
+            self._detached.append(cur)
+            self._current = cur = None
+            self._counters.rotations += 1
+        if cur is None and st is not None:
+            back = [f for f in self._detached if (f.dev, f.ino) == (st.st_dev, st.st_ino)]
+            if back:  # renamed away and back again: the same file, keep its position
+                self._current = back[0]
+                self._detached.remove(back[0])
+                self._current.detached_at = None
+            else:
+                self._open_current(at_end=False)
+            return
+        if cur is not None:
+            self._check_truncated(cur, now)
+
+    def _open_current(self, *, at_end: bool) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._error = f"cannot read {self.path}: {exc.strerror or exc}; give kvwatch read access"
+            return
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            self._stat_path()  # sets the error message
+            return
+        f = _Open(fd, st.st_dev, st.st_ino, 0, LineSplitter(self._max_line_bytes), self._clock())
+        if at_end and st.st_size:
+            f.offset = st.st_size
+            f.skip_first = os.pread(fd, 1, st.st_size - 1) != b"\n"
+        self._refresh_fingerprint(f)
+        self._current = f
+
+    def _check_truncated(self, cur: _Open, now: float) -> None:
+        """Copytruncate: the file shrank below our offset, or its first bytes changed."""
+        try:
+            size = os.fstat(cur.fd).st_size
+            replaced = bool(cur.fp_len) and _hash(os.pread(cur.fd, cur.fp_len, 0)) != cur.fp_hash
+        except OSError as exc:
+            self._error = f"cannot read {self.path}: {exc.strerror or exc}"
+            return
+        if size >= cur.offset and not replaced:
+            return
+        self._counters.truncations += 1
+        self._pending_from_copy = self._read_copy(cur)
+        cur.offset = 0
+        cur.fp_len, cur.fp_hash = 0, ""
+        cur.changed_at = now
+        cur.skip_first = False
+
+    def _read_copy(self, cur: _Open) -> list[Line]:
+        """Lines between our offset and the end of the copy logrotate made before truncating."""
+        lines: list[Line] = []
+        copy = self._find_by_content(cur.fp_len, cur.fp_hash, cur.offset, exclude=(cur.dev, cur.ino))
+        if copy is not None:
+            fd, size = copy
+            try:
+                pos = cur.offset
+                while pos < size:
+                    data = os.pread(fd, min(_CHUNK, size - pos), pos)
+                    if not data:
+                        break
+                    pos += len(data)
+                    lines.extend(cur.splitter.feed(data))
+                self._counters.recovered_from_copy += pos - cur.offset
+            finally:
+                os.close(fd)
+        if cur.skip_first and lines:
+            lines.pop(0)
+        tail = cur.splitter.flush()  # the writer restarts at a line start in the truncated file
+        if tail is not None:
+            lines.append(tail)
+        return lines
+
+    def _find_by_content(
+        self, fp_len: int, fp_hash: str, min_size: int, *, exclude: tuple[int, int]
+    ) -> tuple[int, int] | None:
+        """An open descriptor and size of the newest sibling file starting with the fingerprint."""
+        if not fp_len:
+            return None
+        best: tuple[float, str] | None = None
+        for entry in self._siblings():
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) == exclude or st.st_size < min_size:
+                    continue
+                with open(entry.path, "rb") as fh:
+                    if _hash(fh.read(fp_len)) != fp_hash:
+                        continue
+            except OSError:
+                continue
+            if best is None or st.st_mtime > best[0]:
+                best = (st.st_mtime, entry.path)
+        if best is None:
+            return None
+        try:
+            fd = os.open(best[1], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        return fd, os.fstat(fd).st_size
+
+    def _siblings(self) -> list[os.DirEntry[str]]:
+        """Files next to the log whose names share its stem: where logrotate puts rotated copies."""
+        stem = self._name.split(".", 1)[0]
+        try:
+            with os.scandir(self._dir) as it:
+                return [e for e in it if e.name != self._name and (not stem or e.name.startswith(stem))]
+        except OSError:
+            return []
+
+    # ------------------------------------------------------------------ reading
+
+    def _read(self, f: _Open, out: list[Line], budget: int, now: float) -> int:
+        """Read ``f`` from its offset to EOF (or the budget) into ``out``; returns bytes read."""
+        if self._pending_from_copy is not None and f is self._current:
+            out.extend(self._pending_from_copy)
+            self._pending_from_copy = None
+        got = 0
+        start = len(out)
+        while got < budget:
+            try:
+                data = os.pread(f.fd, _CHUNK, f.offset)
+            except OSError as exc:
+                self._error = f"cannot read {self.path}: {exc.strerror or exc}"
+                break
+            if not data:
+                break
+            if data[:1] == b"\0" and not f.splitter.held:
+                # A hole left by a non-O_APPEND writer after copytruncate: jump to its data.
+                skip = _next_data(f.fd, f.offset)
+                if skip > f.offset:
+                    f.offset = skip
+                    continue
+            f.offset += len(data)
+            got += len(data)
+            out.extend(f.splitter.feed(data))
+        if got:
+            f.changed_at = now
+            if f.skip_first and len(out) > start:
+                del out[start]
+                f.skip_first = False
+            if f.fp_len < FINGERPRINT_BYTES:
+                self._refresh_fingerprint(f)
+        return got
+
+    def _refresh_fingerprint(self, f: _Open) -> None:
+        try:
+            head = os.pread(f.fd, FINGERPRINT_BYTES, 0)
+        except OSError:
+            return
+        f.fp_len, f.fp_hash = len(head), _hash(head)
+
+    def _finish(self, f: _Open, out: list[Line]) -> None:
+        """A rotated file has been quiet for ``rotate_wait``: deliver its last partial line, close it."""
+        tail = f.splitter.flush()
+        if tail is not None and not f.skip_first:
+            out.append(tail)
+        with contextlib.suppress(OSError):
+            os.close(f.fd)
+        self._detached.remove(f)
+
+    # ------------------------------------------------------------------ positions
+
+    def _load_positions(self) -> list[_Saved] | None:
+        if self._positions is None:
+            return None
+        try:
+            text = self._positions.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._counters.restore_notes.append(f"cannot read {self._positions}: {exc.strerror or exc}")
+            return None
+        try:
+            doc = json.loads(text)
+            if doc.get("version") != _POSITIONS_VERSION:
+                raise ValueError(f"version {doc.get('version')!r}")
+            saved = [
+                _Saved(int(e["dev"]), int(e["ino"]), int(e["offset"]), int(e["fp_len"]), str(e["fp_sha256"]))
+                for e in doc["files"]
+            ]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self._counters.restore_notes.append(
+                f"ignored unreadable positions file {self._positions} ({exc}); starting as if new"
+            )
+            return None
+        self._last_saved = text
+        return saved
+
+    def _restore(self, saved: list[_Saved]) -> None:
+        """Reopen every saved file where it is now (at path or renamed next to it), at its offset."""
+        now = self._clock()
+        st = self._stat_path()
+        for s in saved:
+            f = self._reopen(s, st, now)
+            if f is None:
+                self._counters.restore_notes.append(
+                    f"a log file read before the restart (inode {s.ino}) is gone; its unread end is lost"
+                )
+                continue
+            if st is not None and (f.dev, f.ino) == (st.st_dev, st.st_ino):
+                self._current = f
+            else:
+                f.detached_at = now
+                self._detached.append(f)
+        if self._current is not None:
+            self._check_truncated(self._current, now)
+        elif st is not None:
+            # The file at path is not one we read before: it was created since, all of it is new.
+            self._open_current(at_end=False)
+
+    def _reopen(self, s: _Saved, st: os.stat_result | None, now: float) -> _Open | None:
+        """Open the saved file by identity: at path if it is still there, else among its siblings."""
+        candidates: list[str] = []
+        if st is not None and (st.st_dev, st.st_ino) == (s.dev, s.ino):
+            candidates.append(str(self.path))
+        else:
+            for entry in self._siblings():
+                with contextlib.suppress(OSError):
+                    est = entry.stat(follow_symlinks=False)
+                    if (est.st_dev, est.st_ino) == (s.dev, s.ino):
+                        candidates.append(entry.path)
+        for name in candidates:
+            try:
+                fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue
+            fst = os.fstat(fd)
+            if (fst.st_dev, fst.st_ino) != (s.dev, s.ino):
+                os.close(fd)
+                continue
+            f = _Open(fd, s.dev, s.ino, s.offset, LineSplitter(self._max_line_bytes), now, s.fp_len, s.fp_hash)
+            if name == str(self.path):
+                return f  # content changes (copytruncate) are checked by the caller
+            if _hash(os.pread(fd, s.fp_len, 0)) != s.fp_hash or fst.st_size < s.offset:
+                os.close(fd)  # the inode was reused by an unrelated file
+                continue
+            return f
+        return None
+
+    # ------------------------------------------------------------------ watchdog
+
+    def _start_observer(self) -> None:
+        if not self._use_watchdog or self._observer is not None:
+            return
+        try:
+            from watchdog.events import (
+                FileCreatedEvent,
+                FileDeletedEvent,
+                FileModifiedEvent,
+                FileMovedEvent,
+                FileSystemEvent,
+                FileSystemEventHandler,
+            )
+            from watchdog.observers import Observer
+        except ImportError as exc:  # pragma: no cover - watchdog is a dependency
+            self._watch_note = f"file events unavailable ({exc}); polling every {self._poll_interval:g}s"
+            self._use_watchdog = False
+            return
+        real = Path(os.path.realpath(self.path))
+        dirs = {str(self._dir), str(real.parent)}
+        names = {self._name, real.name}
+        if not all(os.path.isdir(d) for d in dirs):
+            return  # retried from poll() once the directory exists
+        wake = self._wake
+
+        class _Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                for p in (event.src_path, getattr(event, "dest_path", "")):
+                    if p and os.path.basename(os.fsdecode(p)) in names:
+                        wake.set()
+                        return
+
+        try:
+            observer = Observer()
+            observer.daemon = True
+            handler = _Handler()
+            # Only the events that can mean new data: skips open/close/access churn.
+            kinds = [FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent]
+            for d in sorted(dirs):
+                observer.schedule(handler, d, recursive=False, event_filter=kinds)
+            observer.start()
+        except Exception as exc:  # inotify limits, unsupported fs: polling still works
+            self._watch_note = f"file events unavailable ({exc}); polling every {self._poll_interval:g}s"
+            self._use_watchdog = False
+            return
+        self._observer = observer
+
+
+def _next_data(fd: int, offset: int) -> int:
+    """The next offset holding data at or after ``offset`` (skips a sparse hole), or ``offset``."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None:
+        return offset
+    try:
+        return os.lseek(fd, offset, seek_data)
+    except OSError:
+        return offset
