@@ -17,54 +17,35 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from kvwatch.errors import UsageError
 from kvwatch.export.collector import StateCollector
 from kvwatch.export.server import MetricsServer
-from kvwatch.reconcile.live import Event, LiveState
+from kvwatch.reconcile.live import Event, Expected, LiveState
 from kvwatch.records import LogRecord, MetricsSnapshot
+from kvwatch.settings import WatchSettings
+from kvwatch.sources.lines import LineSource
+
+if TYPE_CHECKING:
+    from kvwatch.reconcile.architecture import Architecture
 
 log = logging.getLogger("kvwatch")
 
 
-class LineSource(Protocol):
-    """What the log thread reads: any of follower, stdin, child output, replay."""
-
-    def poll(self) -> list[str]:
-        """Complete lines available now (never blocks for long)."""
-
-    def wait(self, timeout: float) -> None:
-        """Block until more may be available, at most ``timeout`` seconds."""
-
-    def commit(self) -> None:
-        """The lines returned so far are processed: persist the position."""
-
-    def close(self) -> None:
-        """Release files, threads and watches."""
-
-    @property
-    def up(self) -> bool:
-        """Whether the last read succeeded."""
-
-    @property
-    def done(self) -> bool:
-        """True when no more lines will come (stdin EOF, replay end, child exit)."""
-
-    @property
-    def last_error(self) -> str | None:
-        """One line about the last failure."""
-
-
 class LineParser(Protocol):
-    """The log parser's incremental face (kvwatch.parse.log)."""
+    """The log parser's incremental face (kvwatch.parse.log.LogParser)."""
 
-    def feed_line(self, line: str) -> list[LogRecord]:
+    def feed_line(self, line: str, lineno: int | None = None) -> list[LogRecord]:
         """Records completed by this line."""
+        ...
 
-    def flush(self) -> list[LogRecord]:
-        """Records still held (e.g. a stats record awaiting a possible continuation line)."""
+    def finish(self) -> list[LogRecord]:
+        """Records still held (a stats record awaiting a possible continuation line)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +109,7 @@ class Sidecar:
         """Apply records the parser still holds (end of input)."""
         now = self.clock()
         with self.lock:
-            events = [e for r in self.parser.flush() for e in self.state.on_log_record(r, now)]
+            events = [e for r in self.parser.finish() for e in self.state.on_log_record(r, now)]
         _emit(events)
 
     def read_log_once(self) -> None:
@@ -136,10 +117,12 @@ class Sidecar:
         assert self.lines is not None
         started = time.perf_counter()
         try:
-            batch = self.lines.poll()
-            ok, error = self.lines.up, self.lines.last_error
+            batch = [line.text for line in self.lines.poll()]
         except Exception as exc:  # a source bug must not kill the sidecar
             batch, ok, error = [], False, f"{type(exc).__name__}: {exc}"
+        else:
+            status = self.lines.status()
+            ok, error = status.up, status.last_error
         if batch:
             self.feed_lines(batch)
             self.lines.commit()
@@ -167,7 +150,7 @@ class Sidecar:
         assert self.lines is not None
         while not self.stopping.is_set():
             self.read_log_once()
-            if self.lines.done:
+            if self.lines.status().eof:
                 self.flush_parser()
                 self.log_finished.set()
                 return
@@ -216,3 +199,102 @@ def configure_logging() -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
     root.propagate = False
+
+
+# ---------------------------------------------------------------------- construction from settings
+
+
+def line_source_for(settings: WatchSettings) -> LineSource | None:
+    """The log source the settings ask for: replay, stdin, a followed file, or none."""
+    if settings.replay is not None:
+        from kvwatch.sources.replay import ReplaySource
+
+        if not settings.replay.is_file():
+            raise UsageError(f"--replay {settings.replay}: no such file; give a saved vLLM log")
+        return ReplaySource(settings.replay, settings.speed)
+    if settings.log == "-":
+        from kvwatch.sources.stdin import StdinSource
+
+        return StdinSource()
+    if settings.log is not None:
+        from kvwatch.sources.tail import LogFollower
+
+        path = Path(settings.log)
+        if path.is_dir():
+            raise UsageError(f"--log {path} is a directory; give the vLLM log file")
+        return LogFollower(
+            path, state_dir=settings.state_dir, from_start=settings.from_start, poll_interval=settings.poll_interval
+        )
+    return None
+
+
+def build_sidecar(settings: WatchSettings, lines: LineSource | None) -> Sidecar:
+    """Everything ``kvwatch watch`` runs, started: sources, parser, reconciler, server."""
+    from kvwatch.parse.log import LogParser
+
+    configure_logging()
+    arch = _architecture(settings)
+    state = LiveState(
+        expected=(lambda facts: expected_for(arch, facts, settings)) if arch is not None else None,
+        # A replay at X times the pace fits the window's worth of records into W / X seconds.
+        window_seconds=settings.window / (settings.speed if settings.replay is not None else 1.0),
+        threshold=settings.threshold,
+        scrape_interval=settings.scrape_interval,
+        max_num_seqs=settings.max_num_seqs,
+    )
+    scraper = None
+    if settings.metrics_url:
+        from kvwatch.sources.scrape import MetricsScraper
+
+        verify: bool | str = False if settings.insecure else (str(settings.ca_file) if settings.ca_file else True)
+        scraper = MetricsScraper(
+            settings.metrics_url,
+            timeout=settings.scrape_timeout,
+            bearer_token=settings.bearer_token,
+            verify=verify,
+            interval=settings.scrape_interval,
+        )
+    try:
+        sidecar = Sidecar(
+            state,
+            parser=LogParser(),
+            lines=lines,
+            scraper=scraper,
+            listen=settings.listen,
+            scrape_interval=settings.scrape_interval,
+        )
+    except OSError as exc:
+        if lines is not None:
+            lines.close()
+        raise UsageError(f"cannot listen on {settings.listen}: {exc.strerror or exc}; pick another --listen") from None
+    log.info(
+        "start: listening on %s (log: %s, metrics: %s, model: %s)",
+        settings.listen,
+        settings.replay or settings.log or "none",
+        _redact(settings.metrics_url),
+        arch.name if arch is not None else "from the log",
+    )
+    return sidecar.start()
+
+
+def _architecture(settings: WatchSettings) -> Architecture | None:
+    from kvwatch.reconcile.architecture import resolve_model
+
+    if settings.model_config_path is not None:
+        return resolve_model(str(settings.model_config_path))
+    if settings.model is not None:
+        return resolve_model(settings.model)
+    return None
+
+
+def _redact(url: str | None) -> str:
+    if not url:
+        return "none"
+    from kvwatch.sources.scrape import redact
+
+    return redact(url)
+
+
+def expected_for(arch: Architecture, facts: dict[str, object], settings: WatchSettings) -> Expected | None:
+    """The config.json expectation under the server's settings as known now (log, cache_config, flags)."""
+    return None  # filled in with kvwatch.reconcile.capacity

@@ -45,7 +45,7 @@ def test_replays_the_real_seed_log_at_ten_times_its_pace(tmp_path: Path) -> None
     source = ReplaySource(SEED_LOG, 10.0, clock=clock, sleep=clock.sleep, max_wait=1.0)
     seen: list[str] = []
     while not source.done:
-        seen.extend(source.poll())
+        seen.extend(line.text for line in source.poll())
     original = SEED_LOG.read_text(encoding="utf-8", errors="replace").splitlines()
     assert seen == original
     stamps = [s for s in (line_seconds(x) for x in original) if s is not None]
@@ -58,6 +58,8 @@ def test_lines_without_timestamps_travel_with_their_neighbours(tmp_path: Path) -
     log.write_text("INFO 01-01 00:00:00 a.py:1] first\ncontinuation\nINFO 01-01 00:00:10 a.py:1] later\n")
     clock = FakeClock()
     source = ReplaySource(log, 1.0, clock=clock, sleep=clock.sleep, max_wait=100)
-    assert source.poll() == ["INFO 01-01 00:00:00 a.py:1] first", "continuation"]
-    assert source.poll() == ["INFO 01-01 00:00:10 a.py:1] later"]
+    assert source.poll_text() == ["INFO 01-01 00:00:00 a.py:1] first", "continuation"]
+    assert source.poll_text() == ["INFO 01-01 00:00:10 a.py:1] later"]
+    assert source.poll_text() == []
+    assert source.status().eof
     assert clock.now == pytest.approx(10.0)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
+from kvwatch.sources.lines import Line, SourceStatus
+
 # vLLM's _DATE_FORMAT "%m-%d %H:%M:%S" (every version); an outer docker/kubectl RFC3339 stamp.
 _VLLM_TS = re.compile(r"(?<!\d)(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?!\d)")
 _RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\s")
@@ -53,7 +55,7 @@ def open_text(path: Path) -> Iterator[str]:
 
 
 class ReplaySource:
-    """Yields batches of lines at the recorded pace; ``done`` once the file is exhausted."""
+    """A LineSource (kvwatch.sources.lines) releasing a saved log's lines at the recorded pace."""
 
     def __init__(
         self,
@@ -73,6 +75,8 @@ class ReplaySource:
         self._start_log: float | None = None
         self._held: str | None = None
         self.done = False
+        self._delivered = 0
+        self._wall = time.time
 
     def _due(self, line: str) -> float:
         """Seconds until ``line`` is due (<= 0: now)."""
@@ -83,8 +87,29 @@ class ReplaySource:
             return 0.0
         return (self._start_wall + max(0.0, ts - self._start_log) / self._speed) - self._clock()
 
-    def poll(self) -> list[str]:
+    def poll(self) -> list[Line]:
         """The lines due now (waits at most ``max_wait`` for the next one)."""
+        lines = self.poll_text()
+        self._delivered += len(lines)
+        return [Line(text) for text in lines]
+
+    def wait(self, timeout: float) -> bool:
+        """poll() itself waits for the next due line; nothing to wait for here."""
+        return not self.done
+
+    def commit(self) -> None:
+        """A replay keeps no position."""
+
+    def close(self) -> None:
+        """Nothing held open between polls beyond the file iterator."""
+        self._lines = iter(())
+
+    def status(self) -> SourceStatus:
+        """Up while reading; eof once every line was delivered."""
+        return SourceStatus(True, None, self._wall(), lines_total=self._delivered, mode="replay", eof=self.done)
+
+    def poll_text(self) -> list[str]:
+        """The lines due now as text (waits at most ``max_wait`` for the next one)."""
         out: list[str] = []
         while True:
             line = self._held
