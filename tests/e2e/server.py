@@ -1,0 +1,352 @@
+"""Processes the e2e tests start, and how they are always stopped.
+
+Every process is started in its own session (so its own process group) with its output in a file.
+``stop_process_tree`` remembers the whole tree first (vLLM's API server forks an EngineCore, and
+``kvwatch run`` starts vLLM, which may start its own session), asks the leader to stop with SIGINT
+(vLLM exits cleanly in about 1 s), and SIGKILLs every remembered process group and pid that is still
+there after a bounded grace period. Nothing listens or connects anywhere but 127.0.0.1.
+
+``VllmServer`` is ``vllm serve`` with the recipe of shared/fixtures/vllm-cpu/README.md: the tiny
+Llama, random weights, no tokenizer, a 32 x 32-token KV pool, max_num_seqs 8.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from .load import require_loopback
+
+HOST = "127.0.0.1"
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """True when ``port`` can be bound on ``host`` (nothing left listening on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> child pids, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+        fields = stat.rsplit(")", 1)[1].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants alive right now."""
+    children = _children_map()
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.append(current)
+        todo.extend(children.get(current, ()))
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+@dataclass
+class StartedProcess:
+    """A process the harness started, with every pid and process group seen in its tree."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    output: Path
+    pids: set[int] = field(default_factory=set)
+    pgids: set[int] = field(default_factory=set)
+
+    def remember_tree(self) -> None:
+        """Record the current tree, so children that outlive the leader are still found."""
+        for pid in process_tree(self.popen.pid):
+            self.pids.add(pid)
+            pgid = _pgid(pid)
+            if pgid is not None and pgid != os.getpgid(0):
+                self.pgids.add(pgid)
+
+    def survivors(self) -> list[int]:
+        """Remembered pids still alive."""
+        return sorted(pid for pid in self.pids if pid_alive(pid))
+
+    def output_tail(self, lines: int = 15) -> str:
+        """Last lines of the process's output file (for failure messages)."""
+        try:
+            text = self.output.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def start_process(
+    name: str,
+    argv: Sequence[str],
+    output: Path,
+    env: Mapping[str, str] | None = None,
+    stderr_output: Path | None = None,
+    cwd: Path | None = None,
+) -> StartedProcess:
+    """Start ``argv`` in a new session with stdout (and stderr, unless ``stderr_output``) in files."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "wb") as out:
+        err = open(stderr_output, "wb") if stderr_output else subprocess.STDOUT  # noqa: SIM115
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        finally:
+            if stderr_output:
+                err.close()  # type: ignore[union-attr]
+    started = StartedProcess(name=name, popen=popen, output=output)
+    started.remember_tree()
+    return started
+
+
+def stop_process_tree(
+    proc: StartedProcess, interrupt: signal.Signals = signal.SIGINT, grace_seconds: float = 15.0
+) -> list[int]:
+    """Stop ``proc`` and everything it started; return pids that had to be SIGKILLed.
+
+    ``interrupt`` to the leader first (vLLM and kvwatch shut down cleanly on SIGINT; SIGTERM is
+    what docker and kubernetes send), then, after the grace period or as soon as the leader and its
+    children are gone, SIGKILL to every remembered process group and pid still there.
+    """
+    proc.remember_tree()
+    if proc.popen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.popen.send_signal(interrupt)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(timeout=grace_seconds)
+    # Children get a moment after their parent exits (vLLM's EngineCore follows the API server).
+    end = time.monotonic() + min(5.0, grace_seconds)
+    while proc.survivors() and time.monotonic() < end:
+        time.sleep(0.1)
+    killed = proc.survivors()
+    for pgid in proc.pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.popen.wait(timeout=5)
+    end = time.monotonic() + 5.0
+    while proc.survivors() and time.monotonic() < end:
+        time.sleep(0.1)
+    return killed
+
+
+def wait_for_http_ok(
+    url: str,
+    timeout_seconds: float,
+    alive: Callable[[], bool] = lambda: True,
+    poll_seconds: float = 0.5,
+) -> float:
+    """Poll ``url`` until it answers 200; return the seconds it took.
+
+    Raise TimeoutError after ``timeout_seconds`` and RuntimeError as soon as ``alive()`` turns
+    false (the process died: no point waiting out the timeout).
+    """
+    require_loopback(url)
+    began = time.monotonic()
+    while True:
+        if not alive():
+            raise RuntimeError(f"process exited before {url} answered")
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return time.monotonic() - began
+        except requests.RequestException:
+            pass
+        if time.monotonic() - began > timeout_seconds:
+            raise TimeoutError(f"{url} did not answer 200 within {timeout_seconds:.0f} s")
+        time.sleep(poll_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """``vllm serve`` flags for the tiny pool (shared/fixtures/vllm-cpu/README.md).
+
+    32 blocks x 32 tokens = 1,024 tokens of KV: two 512-token requests fit, max_num_seqs 8 lets
+    more start, so requests wait, usage sits near 100 % and vLLM preempts constantly.
+    """
+
+    served_model_name: str = "tiny-llama"
+    max_model_len: int = 512
+    block_size: int = 32  # CPU needs a multiple of 32 (16 is rejected)
+    num_gpu_blocks_override: int = 32
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 512
+    enforce_eager: bool = False  # True starts ~20 s faster but skips torch.compile
+    extra_args: tuple[str, ...] = ()
+
+
+def serve_argv(vllm_bin: Path, model_dir: Path, port: int, config: ServeConfig) -> list[str]:
+    """The ``vllm serve`` command line, bound to 127.0.0.1:``port``."""
+    argv = [
+        str(vllm_bin),
+        "serve",
+        str(model_dir),
+        "--served-model-name",
+        config.served_model_name,
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--load-format",
+        "dummy",
+        "--skip-tokenizer-init",
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        str(config.max_model_len),
+        "--block-size",
+        str(config.block_size),
+        "--num-gpu-blocks-override",
+        str(config.num_gpu_blocks_override),
+        "--max-num-seqs",
+        str(config.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(config.max_num_batched_tokens),
+    ]
+    if config.enforce_eager:
+        argv.append("--enforce-eager")
+    argv.extend(config.extra_args)
+    return argv
+
+
+def serve_env(cache_dir: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for ``vllm serve``: offline, no usage stats, loopback-only internal sockets.
+
+    ``cache_dir`` (VLLM_CACHE_ROOT) keeps torch.compile's AOT cache between runs, which takes
+    ~20 s off every warm start.
+    """
+    env = dict(os.environ if base is None else base)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        VLLM_HOST_IP=HOST,  # keeps vLLM's internal ZMQ/gloo sockets on loopback too
+        VLLM_CPU_KVCACHE_SPACE="1",  # GiB; overridden to 32 blocks by the flag, but sizes the profile
+        PYTHONUNBUFFERED="1",
+    )
+    if cache_dir is not None:
+        env["VLLM_CACHE_ROOT"] = str(cache_dir)
+    return env
+
+
+class VllmServer:
+    """One ``vllm serve`` on 127.0.0.1 with its output in ``log_path``; a context manager."""
+
+    def __init__(
+        self,
+        vllm_bin: Path,
+        model_dir: Path,
+        log_path: Path,
+        config: ServeConfig | None = None,
+        port: int | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
+        self.config = config or ServeConfig()
+        self.port = port or free_port()
+        self.log_path = log_path
+        self.argv = serve_argv(vllm_bin, model_dir, self.port, self.config)
+        self.env = serve_env(cache_dir)
+        self.process: StartedProcess | None = None
+        self.ready_seconds: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        """http://127.0.0.1:PORT"""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """vLLM's own Prometheus endpoint."""
+        return self.base_url + "/metrics"
+
+    def start(self, ready_timeout_seconds: float = 240.0) -> float:
+        """Start and wait for /health; return the seconds to ready. On failure stop and raise."""
+        self.process = start_process("vllm serve", self.argv, self.log_path, env=self.env)
+        proc = self.process
+        try:
+            self.ready_seconds = wait_for_http_ok(
+                self.base_url + "/health", ready_timeout_seconds, alive=lambda: proc.popen.poll() is None
+            )
+        except (TimeoutError, RuntimeError) as exc:
+            tail = proc.output_tail()
+            self.stop()
+            message = f"vllm serve did not become ready: {exc}\n--- {self.log_path} (tail) ---\n{tail}"
+            raise RuntimeError(message) from exc
+        proc.remember_tree()
+        return self.ready_seconds
+
+    def stop(self) -> list[int]:
+        """Stop the server and its children; return pids that needed SIGKILL."""
+        if self.process is None:
+            return []
+        return stop_process_tree(self.process)
+
+    def __enter__(self) -> VllmServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def all_survivors(processes: Iterable[StartedProcess]) -> list[int]:
+    """Pids of every remembered process still alive."""
+    return sorted(pid for proc in processes for pid in proc.survivors())
