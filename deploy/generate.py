@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,9 +152,9 @@ def alerts(s: Settings = DEFAULT) -> list[Alert]:
         Alert(
             "KvwatchMemoryBound",
             # The value is the queue length, so the page says how many wait.
-            f"kvwatch_observed_waiting_requests{_sel(k)}\n"
-            f"  and\n(kvwatch_memory_bound{_sel(k)} == 1)\n",
-            s.memory_bound_for, "critical",
+            f"kvwatch_observed_waiting_requests{_sel(k)}\n  and\n(kvwatch_memory_bound{_sel(k)} == 1)\n",
+            s.memory_bound_for,
+            "critical",
             "Requests are waiting because the KV cache is full (memory-bound).",
             f"{WHERE} is memory-bound: {{{{ $value }}}} requests wait while the KV-cache usage peaks "
             f"at the threshold and running is below max_num_seqs, for more than {s.memory_bound_for}. "
@@ -168,7 +169,8 @@ def alerts(s: Settings = DEFAULT) -> list[Alert]:
             f"  or ignoring (job, instance)\n"
             f"  rate(vllm:num_preemptions_total{_sel(v)}[{s.preemption_window}])\n"
             f") * 60 > {_num(s.preemptions_per_minute)}\n",
-            s.preemption_for, "warning",
+            s.preemption_for,
+            "warning",
             "vLLM is preempting requests: the KV cache runs out mid-generation.",
             f"{WHERE} preempts {{{{ $value | humanize }}}} requests per minute "
             f"(over {s.preemption_window}, threshold {_num(s.preemptions_per_minute)}). "
@@ -177,7 +179,8 @@ def alerts(s: Settings = DEFAULT) -> list[Alert]:
         Alert(
             "KvwatchConcurrencyCeilingLow",
             f"kvwatch_max_concurrency{_sel(k, P95)} < {_num(s.concurrency_target)}\n",
-            s.concurrency_for, "warning",
+            s.concurrency_for,
+            "warning",
             "The KV cache holds fewer requests at once than the capacity target.",
             f"{WHERE} fits {{{{ $value | humanize }}}} requests of the observed p95 size at once, "
             f"below the target of {_num(s.concurrency_target)}.",
@@ -186,16 +189,18 @@ def alerts(s: Settings = DEFAULT) -> list[Alert]:
             "KvwatchCapacityMismatch",
             f"kvwatch_reconcile_ratio{_sel(k)} > {_num(1 + s.reconcile_tolerance)}\n"
             f"  or\nkvwatch_reconcile_ratio{_sel(k)} < {_num(1 - s.reconcile_tolerance)}\n",
-            s.reconcile_for, "warning",
+            s.reconcile_for,
+            "warning",
             "vLLM's KV-cache capacity differs from what the model config predicts.",
-            f"{WHERE}: observed / expected {{{{ $labels.check }}}} is {{{{ printf \"%.2f\" $value }}}}, "
+            f'{WHERE}: observed / expected {{{{ $labels.check }}}} is {{{{ printf "%.2f" $value }}}}, '
             f"off by more than {_num(s.reconcile_tolerance * 100)} %.",
         ),
         Alert(
             "KvwatchStatsStale",
             f"(time() - kvwatch_last_stats_timestamp_seconds{_sel(k)}) > {_num(s.stats_stale_seconds)}\n"
             f"  and\n(kvwatch_observed_running_requests{_sel(k)} > 0)\n",
-            s.stats_stale_for, "warning",
+            s.stats_stale_for,
+            "warning",
             "vLLM stopped logging stats while requests run.",
             f"{WHERE}: the newest stats line is {{{{ $value | humanizeDuration }}}} old while requests "
             "run; kvwatch's log-based numbers are stale.",
@@ -203,7 +208,8 @@ def alerts(s: Settings = DEFAULT) -> list[Alert]:
         Alert(
             "KvwatchSourceDown",
             f"kvwatch_source_up{_sel(k)} == 0\n",
-            s.source_down_for, "warning",
+            s.source_down_for,
+            "warning",
             "kvwatch cannot read one of its sources.",
             "kvwatch on {{ $labels.instance }} has failed to read its {{ $labels.source }} source "
             f"for more than {s.source_down_for}.",
@@ -211,7 +217,8 @@ def alerts(s: Settings = DEFAULT) -> list[Alert]:
         Alert(
             "KvwatchAbsent",
             f"absent(kvwatch_build_info{_sel(k)})\n",
-            s.absent_for, "warning",
+            s.absent_for,
+            "warning",
             "kvwatch has disappeared from Prometheus.",
             f"No kvwatch_build_info series with {k} for more than {s.absent_for}: the sidecar is "
             "down, not scraped, or its job label changed. Saturation alerts cannot fire.",
@@ -224,32 +231,52 @@ def alerts(s: Settings = DEFAULT) -> list[Alert]:
 def recording_rules(s: Settings = DEFAULT) -> list[dict[str, str]]:
     """Recording rules for the fleet dashboard (level:metric:operation naming)."""
     k = s.kvwatch_selector
-    pool = f'max without (source) (kvwatch_kv_pool_tokens{_sel(k, OBSERVED_POOL)})'
+    pool = f"max without (source) (kvwatch_kv_pool_tokens{_sel(k, OBSERVED_POOL)})"
     return [
         {"record": "model_name:kvwatch_kv_pool_tokens:sum", "expr": f"sum by (model_name) ({pool})\n"},
-        {"record": "model_name:kvwatch_kv_used_tokens:sum",
-         "expr": f"sum by (model_name) (kvwatch_observed_kv_usage_ratio{_sel(k)} * {pool})\n"},
-        {"record": "model_name:kvwatch_kv_usage:ratio",
-         "expr": "model_name:kvwatch_kv_used_tokens:sum / model_name:kvwatch_kv_pool_tokens:sum\n"},
-        {"record": "model_name:kvwatch_running_requests:sum",
-         "expr": f"sum by (model_name) (kvwatch_observed_running_requests{_sel(k)})\n"},
-        {"record": "model_name:kvwatch_waiting_requests:sum",
-         "expr": f"sum by (model_name) (kvwatch_observed_waiting_requests{_sel(k)})\n"},
-        {"record": "model_name:kvwatch_max_concurrency_observed_p95:sum",
-         "expr": f"sum by (model_name) (kvwatch_max_concurrency{_sel(k, P95)})\n"},
-        {"record": "model_name:kvwatch_engines:count",
-         "expr": f"count by (model_name) (kvwatch_memory_bound{_sel(k)})\n"},
-        {"record": "model_name:kvwatch_memory_bound_engines:sum",
-         "expr": f"sum by (model_name) (kvwatch_memory_bound{_sel(k)})\n"},
+        {
+            "record": "model_name:kvwatch_kv_used_tokens:sum",
+            "expr": f"sum by (model_name) (kvwatch_observed_kv_usage_ratio{_sel(k)} * {pool})\n",
+        },
+        {
+            "record": "model_name:kvwatch_kv_usage:ratio",
+            "expr": "model_name:kvwatch_kv_used_tokens:sum / model_name:kvwatch_kv_pool_tokens:sum\n",
+        },
+        {
+            "record": "model_name:kvwatch_running_requests:sum",
+            "expr": f"sum by (model_name) (kvwatch_observed_running_requests{_sel(k)})\n",
+        },
+        {
+            "record": "model_name:kvwatch_waiting_requests:sum",
+            "expr": f"sum by (model_name) (kvwatch_observed_waiting_requests{_sel(k)})\n",
+        },
+        {
+            "record": "model_name:kvwatch_max_concurrency_observed_p95:sum",
+            "expr": f"sum by (model_name) (kvwatch_max_concurrency{_sel(k, P95)})\n",
+        },
+        {
+            "record": "model_name:kvwatch_engines:count",
+            "expr": f"count by (model_name) (kvwatch_memory_bound{_sel(k)})\n",
+        },
+        {
+            "record": "model_name:kvwatch_memory_bound_engines:sum",
+            "expr": f"sum by (model_name) (kvwatch_memory_bound{_sel(k)})\n",
+        },
         # A pod counts once however many engines it runs; `or ... * 0` keeps a 0 when none is bound.
-        {"record": "model_name:kvwatch_memory_bound_pods:count",
-         "expr": f"count by (model_name) (\n"
-                 f"  max by (model_name, namespace, pod, instance) (kvwatch_memory_bound{_sel(k)}) == 1\n"
-                 f")\n  or\nsum by (model_name) (kvwatch_memory_bound{_sel(k)}) * 0\n"},
-        {"record": "model_name_state:kvwatch_saturation_state:sum",
-         "expr": f"sum by (model_name, state) (kvwatch_saturation_state{_sel(k)})\n"},
-        {"record": "model_name:kvwatch_preemptions:rate5m",
-         "expr": f"sum by (model_name) (max without (source) (rate(kvwatch_preemptions_total{_sel(k)}[5m])))\n"},
+        {
+            "record": "model_name:kvwatch_memory_bound_pods:count",
+            "expr": f"count by (model_name) (\n"
+            f"  max by (model_name, namespace, pod, instance) (kvwatch_memory_bound{_sel(k)}) == 1\n"
+            f")\n  or\nsum by (model_name) (kvwatch_memory_bound{_sel(k)}) * 0\n",
+        },
+        {
+            "record": "model_name_state:kvwatch_saturation_state:sum",
+            "expr": f"sum by (model_name, state) (kvwatch_saturation_state{_sel(k)})\n",
+        },
+        {
+            "record": "model_name:kvwatch_preemptions:rate5m",
+            "expr": f"sum by (model_name) (max without (source) (rate(kvwatch_preemptions_total{_sel(k)}[5m])))\n",
+        },
     ]
 
 
@@ -309,23 +336,45 @@ class Panel:
 
 def _variable(name: str, label: str, query: str) -> dict[str, Any]:
     return {
-        "name": name, "label": label, "type": "query", "datasource": DS,
-        "query": {"query": query, "refId": f"{name}-variable"}, "definition": query,
-        "includeAll": True, "multi": True, "allValue": ".*", "refresh": 2, "sort": 1,
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DS,
+        "query": {"query": query, "refId": f"{name}-variable"},
+        "definition": query,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "refresh": 2,
+        "sort": 1,
         "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-        "hide": 0, "options": [], "regex": "",
+        "hide": 0,
+        "options": [],
+        "regex": "",
     }
 
 
 def _templating() -> dict[str, Any]:
-    return {"list": [
-        {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-         "current": {}, "hide": 0, "options": [], "refresh": 1, "regex": ""},
-        _variable("model", "Model", "label_values(kvwatch_memory_bound, model_name)"),
-        _variable("pod", "Pod", 'label_values(kvwatch_memory_bound{model_name=~"$model"}, pod)'),
-        _variable("engine", "Engine",
-                  'label_values(kvwatch_memory_bound{model_name=~"$model",pod=~"$pod"}, engine)'),
-    ]}
+    return {
+        "list": [
+            {
+                "name": "datasource",
+                "label": "Data source",
+                "type": "datasource",
+                "query": "prometheus",
+                "current": {},
+                "hide": 0,
+                "options": [],
+                "refresh": 1,
+                "regex": "",
+            },
+            _variable("model", "Model", "label_values(kvwatch_memory_bound, model_name)"),
+            _variable("pod", "Pod", 'label_values(kvwatch_memory_bound{model_name=~"$model"}, pod)'),
+            _variable(
+                "engine", "Engine", 'label_values(kvwatch_memory_bound{model_name=~"$model",pod=~"$pod"}, engine)'
+            ),
+        ]
+    }
 
 
 def _dashboard(uid: str, title: str, description: str, rows: list[tuple[str, list[Panel]]]) -> dict[str, Any]:
@@ -333,8 +382,16 @@ def _dashboard(uid: str, title: str, description: str, rows: list[tuple[str, lis
     next_id = 1
     y = 0
     for row_title, row_panels in rows:
-        panels.append({"id": next_id, "type": "row", "title": row_title, "collapsed": False,
-                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
+        panels.append(
+            {
+                "id": next_id,
+                "type": "row",
+                "title": row_title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
         next_id += 1
         y += 1
         x = 0
@@ -362,12 +419,20 @@ def _dashboard(uid: str, title: str, description: str, rows: list[tuple[str, lis
         "time": {"from": "now-3h", "to": "now"},
         "timezone": "",
         "links": [{"title": "kvwatch runbook", "type": "link", "url": RUNBOOK_URL, "targetBlank": True}],
-        "annotations": {"list": [
-            {"name": "kvwatch alerts", "enable": True, "datasource": DS, "iconColor": "red",
-             "expr": f'ALERTS{{alertname=~"Kvwatch.*",alertstate="firing",{ENGINE_FILTER}}}',
-             "titleFormat": "{{ alertname }}", "textFormat": "{{ model_name }} engine {{ engine }}",
-             "step": "60s"},
-        ]},
+        "annotations": {
+            "list": [
+                {
+                    "name": "kvwatch alerts",
+                    "enable": True,
+                    "datasource": DS,
+                    "iconColor": "red",
+                    "expr": f'ALERTS{{alertname=~"Kvwatch.*",alertstate="firing",{ENGINE_FILTER}}}',
+                    "titleFormat": "{{ alertname }}",
+                    "textFormat": "{{ model_name }} engine {{ engine }}",
+                    "step": "60s",
+                },
+            ]
+        },
         "templating": _templating(),
         "panels": panels,
     }
@@ -376,105 +441,239 @@ def _dashboard(uid: str, title: str, description: str, rows: list[tuple[str, lis
 F = ENGINE_FILTER
 RATE = "$__rate_interval"
 
-_STATE_COLOURS = {"idle": "text", "ok": "green", "queued": "yellow", "preempting": "orange",
-                  "seq_bound": "purple", "memory_bound": "red"}
+_STATE_COLOURS = {
+    "idle": "text",
+    "ok": "green",
+    "queued": "yellow",
+    "preempting": "orange",
+    "seq_bound": "purple",
+    "memory_bound": "red",
+}
 
 
 def instance_dashboard() -> dict[str, Any]:
     """Per engine: why is it waiting?"""
-    state_mappings = [{"type": "value", "options": {"0": {"text": " ", "color": "transparent"},
-                                                    "1": {"text": "now", "color": "red"}}}]
-    rows: list[tuple[str, list[Panel]]] = [
-        ("Why is it waiting?", [
-            Panel("Saturation state now", "stat",
-                  "The state kvwatch judges over its 60 s window (CONTRACTS.md 'Saturation'): memory_bound "
-                  "means requests wait because the KV cache is full, seq_bound that max_num_seqs is reached.",
-                  ((f"kvwatch_saturation_state{{{F}}} == 1", "{{state}} (engine {{engine}})"),),
-                  width=6, height=5,
-                  extra=(("options", {"textMode": "name", "colorMode": "background",
-                                      "reduceOptions": {"calcs": ["lastNotNull"]}}),)),
-            Panel("Memory-bound", "stat",
-                  "1 while requests wait for KV-cache space: the page-worthy signal.",
-                  ((f"kvwatch_memory_bound{{{F}}}", "engine {{engine}}"),), width=6, height=5,
-                  extra=(("fieldConfig", {"defaults": {"unit": "short", "thresholds": {"mode": "absolute", "steps": [
-                      {"color": "green", "value": None}, {"color": "red", "value": 1}]}}, "overrides": []}),)),
-            Panel("Saturation state over time", "state-timeline",
-                  "One lane per state; coloured while the engine is in it.",
-                  ((f"kvwatch_saturation_state{{{F}}}", "{{state}}"),), width=12, height=5,
-                  extra=(("fieldConfig", {"defaults": {"mappings": state_mappings, "color": {"mode": "fixed"}},
-                                          "overrides": [{"matcher": {"id": "byName", "options": st},
-                                                         "properties": [{"id": "color", "value": {
-                                                             "mode": "fixed", "fixedColor": c}}]}
-                                                        for st, c in _STATE_COLOURS.items()]}),)),
-            Panel("Running vs the ceiling", "timeseries",
-                  "Requests running against what the pool holds at the observed p95 request size, at "
-                  "max_model_len, and the scheduler cap max_num_seqs. Running at the p95 ceiling with a "
-                  "queue is memory-bound; at max_num_seqs it is seq-bound.",
-                  ((f"kvwatch_observed_running_requests{{{F}}}", "running"),
-                   (f'kvwatch_max_concurrency{{{F},basis="observed_p95"}}', "ceiling at observed p95"),
-                   (f'kvwatch_max_concurrency{{{F},basis="max_model_len"}}', "ceiling at max_model_len"),
-                   (f"kvwatch_max_num_seqs{{{F}}}", "max_num_seqs"))),
-            Panel("Waiting", "timeseries",
-                  "Requests queued. vLLM 0.20+ says why: capacity (no KV space) or deferred.",
-                  ((f"kvwatch_observed_waiting_requests{{{F}}}", "waiting"),
-                   (f"vllm:num_requests_waiting_by_reason{{{F}}}", "vLLM: {{reason}}"))),
-            Panel("KV-cache usage", "timeseries",
-                  "Usage swings as long prompts are admitted and finish; kvwatch judges the peak within "
-                  "its window against the 0.9 threshold.",
-                  ((f"kvwatch_observed_kv_usage_ratio{{{F}}}", "usage"),
-                   (f"kvwatch_kv_usage_peak_ratio{{{F}}}", "peak in window"),
-                   (f"vllm:kv_cache_usage_perc{{{F}}} or vllm:gpu_cache_usage_perc{{{F}}}", "vLLM's own gauge")),
-                  unit="percentunit"),
-            Panel("Preemptions per minute", "timeseries",
-                  "Each preemption discards a request's KV cache and recomputes it.",
-                  ((f"max without (source) (rate(kvwatch_preemptions_total{{{F}}}[{RATE}])) * 60", "kvwatch"),
-                   (f"rate(vllm:num_preemptions_total{{{F}}}[{RATE}]) * 60", "vLLM counter"))),
-        ]),
-        ("Capacity: pool, bytes per token, request size", [
-            Panel("KV pool (tokens)", "stat",
-                  "Tokens the pool holds: from vLLM's log, its /metrics, and expected from config.json.",
-                  ((f"kvwatch_kv_pool_tokens{{{F}}}", "{{source}}"),), width=8, height=6),
-            Panel("KV bytes per token", "stat",
-                  "From config.json (layers x KV heads x head dim x 2 x dtype bytes / TP) and observed "
-                  "(KV memory / pool tokens).",
-                  ((f"kvwatch_kv_bytes_per_token{{{F}}}", "{{source}}"),), width=8, height=6, unit="bytes"),
-            Panel("Tokens per request", "stat",
-                  "Observed KV footprint of one request (prompt + generation).",
-                  ((f"kvwatch_request_tokens{{{F}}}", "p{{quantile}}"),), width=8, height=6),
-            Panel("What-if levers", "bargauge",
-                  "Projected max concurrency at the observed p95 request size if one lever were pulled "
-                  "(see docs/runbook.md 'Levers').",
-                  ((f"kvwatch_whatif_max_concurrency{{{F}}}", "{{lever}}"),
-                   (f'kvwatch_max_concurrency{{{F},basis="observed_p95"}}', "today")),
-                  extra=(("options", {"orientation": "horizontal", "displayMode": "basic",
-                                      "reduceOptions": {"calcs": ["lastNotNull"]}}),)),
-            Panel("Prefix-cache hit rate", "timeseries",
-                  "Share of prompt tokens served from the prefix cache (V1 0.9.2+ names, then the "
-                  "0.7.3-0.11 names, then V0's gauge).",
-                  ((f"rate(vllm:prefix_cache_hits_total{{{F}}}[{RATE}])"
-                    f" / rate(vllm:prefix_cache_queries_total{{{F}}}[{RATE}])"
-                    f" or rate(vllm:gpu_prefix_cache_hits_total{{{F}}}[{RATE}])"
-                    f" / rate(vllm:gpu_prefix_cache_queries_total{{{F}}}[{RATE}])"
-                    f" or vllm:gpu_prefix_cache_hit_rate{{{F}}}", "hit rate"),),
-                  unit="percentunit"),
-        ]),
-        ("Is kvwatch right? Reconcile and sources", [
-            Panel("Reconcile: observed / expected", "timeseries",
-                  "1.0 means vLLM sized the pool as the model config predicts; beyond 0.95-1.05 the "
-                  "KvwatchCapacityMismatch alert fires.",
-                  ((f"kvwatch_reconcile_ratio{{{F}}}", "{{check}}"),), width=8),
-            Panel("Sources up", "stat", "1 when kvwatch's last read of the log / metrics source worked.",
-                  ((f"kvwatch_source_up{{{POD_FILTER}}}", "{{source}}"),), width=8),
-            Panel("Age of the newest stats line", "stat",
-                  "vLLM logs stats every 10 s while requests run; an old line with requests running "
-                  "fires KvwatchStatsStale.",
-                  ((f"time() - kvwatch_last_stats_timestamp_seconds{{{F}}}", "engine {{engine}}"),),
-                  width=8, unit="s"),
-        ]),
+    state_mappings = [
+        {"type": "value", "options": {"0": {"text": " ", "color": "transparent"}, "1": {"text": "now", "color": "red"}}}
     ]
-    return _dashboard("kvwatch-instance", "kvwatch / engine: why is it waiting?",
-                      "Per vLLM engine: is the queue memory-bound, seq-bound or neither, and which lever helps.",
-                      rows)
+    rows: list[tuple[str, list[Panel]]] = [
+        (
+            "Why is it waiting?",
+            [
+                Panel(
+                    "Saturation state now",
+                    "stat",
+                    "The state kvwatch judges over its 60 s window (CONTRACTS.md 'Saturation'): memory_bound "
+                    "means requests wait because the KV cache is full, seq_bound that max_num_seqs is reached.",
+                    ((f"kvwatch_saturation_state{{{F}}} == 1", "{{state}} (engine {{engine}})"),),
+                    width=6,
+                    height=5,
+                    extra=(
+                        (
+                            "options",
+                            {
+                                "textMode": "name",
+                                "colorMode": "background",
+                                "reduceOptions": {"calcs": ["lastNotNull"]},
+                            },
+                        ),
+                    ),
+                ),
+                Panel(
+                    "Memory-bound",
+                    "stat",
+                    "1 while requests wait for KV-cache space: the page-worthy signal.",
+                    ((f"kvwatch_memory_bound{{{F}}}", "engine {{engine}}"),),
+                    width=6,
+                    height=5,
+                    extra=(
+                        (
+                            "fieldConfig",
+                            {
+                                "defaults": {
+                                    "unit": "short",
+                                    "thresholds": {
+                                        "mode": "absolute",
+                                        "steps": [{"color": "green", "value": None}, {"color": "red", "value": 1}],
+                                    },
+                                },
+                                "overrides": [],
+                            },
+                        ),
+                    ),
+                ),
+                Panel(
+                    "Saturation state over time",
+                    "state-timeline",
+                    "One lane per state; coloured while the engine is in it.",
+                    ((f"kvwatch_saturation_state{{{F}}}", "{{state}}"),),
+                    width=12,
+                    height=5,
+                    extra=(
+                        (
+                            "fieldConfig",
+                            {
+                                "defaults": {"mappings": state_mappings, "color": {"mode": "fixed"}},
+                                "overrides": [
+                                    {
+                                        "matcher": {"id": "byName", "options": st},
+                                        "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": c}}],
+                                    }
+                                    for st, c in _STATE_COLOURS.items()
+                                ],
+                            },
+                        ),
+                    ),
+                ),
+                Panel(
+                    "Running vs the ceiling",
+                    "timeseries",
+                    "Requests running against what the pool holds at the observed p95 request size, at "
+                    "max_model_len, and the scheduler cap max_num_seqs. Running at the p95 ceiling with a "
+                    "queue is memory-bound; at max_num_seqs it is seq-bound.",
+                    (
+                        (f"kvwatch_observed_running_requests{{{F}}}", "running"),
+                        (f'kvwatch_max_concurrency{{{F},basis="observed_p95"}}', "ceiling at observed p95"),
+                        (f'kvwatch_max_concurrency{{{F},basis="max_model_len"}}', "ceiling at max_model_len"),
+                        (f"kvwatch_max_num_seqs{{{F}}}", "max_num_seqs"),
+                    ),
+                ),
+                Panel(
+                    "Waiting",
+                    "timeseries",
+                    "Requests queued. vLLM 0.20+ says why: capacity (no KV space) or deferred.",
+                    (
+                        (f"kvwatch_observed_waiting_requests{{{F}}}", "waiting"),
+                        (f"vllm:num_requests_waiting_by_reason{{{F}}}", "vLLM: {{reason}}"),
+                    ),
+                ),
+                Panel(
+                    "KV-cache usage",
+                    "timeseries",
+                    "Usage swings as long prompts are admitted and finish; kvwatch judges the peak within "
+                    "its window against the 0.9 threshold.",
+                    (
+                        (f"kvwatch_observed_kv_usage_ratio{{{F}}}", "usage"),
+                        (f"kvwatch_kv_usage_peak_ratio{{{F}}}", "peak in window"),
+                        (f"vllm:kv_cache_usage_perc{{{F}}} or vllm:gpu_cache_usage_perc{{{F}}}", "vLLM's own gauge"),
+                    ),
+                    unit="percentunit",
+                ),
+                Panel(
+                    "Preemptions per minute",
+                    "timeseries",
+                    "Each preemption discards a request's KV cache and recomputes it.",
+                    (
+                        (f"max without (source) (rate(kvwatch_preemptions_total{{{F}}}[{RATE}])) * 60", "kvwatch"),
+                        (f"rate(vllm:num_preemptions_total{{{F}}}[{RATE}]) * 60", "vLLM counter"),
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Capacity: pool, bytes per token, request size",
+            [
+                Panel(
+                    "KV pool (tokens)",
+                    "stat",
+                    "Tokens the pool holds: from vLLM's log, its /metrics, and expected from config.json.",
+                    ((f"kvwatch_kv_pool_tokens{{{F}}}", "{{source}}"),),
+                    width=8,
+                    height=6,
+                ),
+                Panel(
+                    "KV bytes per token",
+                    "stat",
+                    "From config.json (layers x KV heads x head dim x 2 x dtype bytes / TP) and observed "
+                    "(KV memory / pool tokens).",
+                    ((f"kvwatch_kv_bytes_per_token{{{F}}}", "{{source}}"),),
+                    width=8,
+                    height=6,
+                    unit="bytes",
+                ),
+                Panel(
+                    "Tokens per request",
+                    "stat",
+                    "Observed KV footprint of one request (prompt + generation).",
+                    ((f"kvwatch_request_tokens{{{F}}}", "p{{quantile}}"),),
+                    width=8,
+                    height=6,
+                ),
+                Panel(
+                    "What-if levers",
+                    "bargauge",
+                    "Projected max concurrency at the observed p95 request size if one lever were pulled "
+                    "(see docs/runbook.md 'Levers').",
+                    (
+                        (f"kvwatch_whatif_max_concurrency{{{F}}}", "{{lever}}"),
+                        (f'kvwatch_max_concurrency{{{F},basis="observed_p95"}}', "today"),
+                    ),
+                    extra=(
+                        (
+                            "options",
+                            {
+                                "orientation": "horizontal",
+                                "displayMode": "basic",
+                                "reduceOptions": {"calcs": ["lastNotNull"]},
+                            },
+                        ),
+                    ),
+                ),
+                Panel(
+                    "Prefix-cache hit rate",
+                    "timeseries",
+                    "Share of prompt tokens served from the prefix cache (V1 0.9.2+ names, then the "
+                    "0.7.3-0.11 names, then V0's gauge).",
+                    (
+                        (
+                            f"rate(vllm:prefix_cache_hits_total{{{F}}}[{RATE}])"
+                            f" / rate(vllm:prefix_cache_queries_total{{{F}}}[{RATE}])"
+                            f" or rate(vllm:gpu_prefix_cache_hits_total{{{F}}}[{RATE}])"
+                            f" / rate(vllm:gpu_prefix_cache_queries_total{{{F}}}[{RATE}])"
+                            f" or vllm:gpu_prefix_cache_hit_rate{{{F}}}",
+                            "hit rate",
+                        ),
+                    ),
+                    unit="percentunit",
+                ),
+            ],
+        ),
+        (
+            "Is kvwatch right? Reconcile and sources",
+            [
+                Panel(
+                    "Reconcile: observed / expected",
+                    "timeseries",
+                    "1.0 means vLLM sized the pool as the model config predicts; beyond 0.95-1.05 the "
+                    "KvwatchCapacityMismatch alert fires.",
+                    ((f"kvwatch_reconcile_ratio{{{F}}}", "{{check}}"),),
+                    width=8,
+                ),
+                Panel(
+                    "Sources up",
+                    "stat",
+                    "1 when kvwatch's last read of the log / metrics source worked.",
+                    ((f"kvwatch_source_up{{{POD_FILTER}}}", "{{source}}"),),
+                    width=8,
+                ),
+                Panel(
+                    "Age of the newest stats line",
+                    "stat",
+                    "vLLM logs stats every 10 s while requests run; an old line with requests running "
+                    "fires KvwatchStatsStale.",
+                    ((f"time() - kvwatch_last_stats_timestamp_seconds{{{F}}}", "engine {{engine}}"),),
+                    width=8,
+                    unit="s",
+                ),
+            ],
+        ),
+    ]
+    return _dashboard(
+        "kvwatch-instance",
+        "kvwatch / engine: why is it waiting?",
+        "Per vLLM engine: is the queue memory-bound, seq-bound or neither, and which lever helps.",
+        rows,
+    )
 
 
 M = 'model_name=~"$model"'
@@ -483,44 +682,89 @@ M = 'model_name=~"$model"'
 def fleet_dashboard() -> dict[str, Any]:
     """Per model across engines, from the recording rules; usage is token-weighted, never averaged."""
     rows: list[tuple[str, list[Panel]]] = [
-        ("Fleet by model", [
-            Panel("Memory-bound engines / pods", "timeseries",
-                  "How many engines (and pods) wait for KV-cache space right now, of all engines.",
-                  ((f"model_name:kvwatch_memory_bound_engines:sum{{{M}}}", "{{model_name}} memory-bound engines"),
-                   (f"model_name:kvwatch_memory_bound_pods:count{{{M}}}", "{{model_name}} memory-bound pods"),
-                   (f"model_name:kvwatch_engines:count{{{M}}}", "{{model_name}} engines"))),
-            Panel("Engines by saturation state", "timeseries",
-                  "Engines in each state per model.",
-                  ((f"model_name_state:kvwatch_saturation_state:sum{{{M}}}", "{{model_name}} {{state}}"),),
-                  extra=(("fieldConfig", {"defaults": {"custom": {"stacking": {"mode": "normal"}}},
-                                          "overrides": []}),)),
-            Panel("KV pool and used tokens", "timeseries",
-                  "Pool tokens summed over engines, and tokens in use (usage x pool per engine, summed).",
-                  ((f"model_name:kvwatch_kv_pool_tokens:sum{{{M}}}", "{{model_name}} pool"),
-                   (f"model_name:kvwatch_kv_used_tokens:sum{{{M}}}", "{{model_name}} used"))),
-            Panel("Fleet KV usage (token-weighted)", "timeseries",
-                  "Used tokens / pool tokens over all engines of a model: a ratio of sums, not an "
-                  "average of percentages.",
-                  ((f"model_name:kvwatch_kv_usage:ratio{{{M}}}", "{{model_name}}"),), unit="percentunit"),
-            Panel("Running vs summed ceiling", "timeseries",
-                  "Requests running over all engines against the sum of per-engine ceilings at the "
-                  "observed p95 request size.",
-                  ((f"model_name:kvwatch_running_requests:sum{{{M}}}", "{{model_name}} running"),
-                   (f"model_name:kvwatch_max_concurrency_observed_p95:sum{{{M}}}", "{{model_name}} ceiling"))),
-            Panel("Waiting and preemptions", "timeseries",
-                  "Queued requests over all engines, and preemptions per minute.",
-                  ((f"model_name:kvwatch_waiting_requests:sum{{{M}}}", "{{model_name}} waiting"),
-                   (f"model_name:kvwatch_preemptions:rate5m{{{M}}} * 60", "{{model_name}} preemptions/min"))),
-        ]),
-        ("Engines", [
-            Panel("Engines now", "table", "Every engine and its current state; click through to the engine view.",
-                  ((f"kvwatch_saturation_state{{{F}}} == 1", ""),), width=24,
-                  extra=(("options", {"showHeader": True}),
-                         ("transformations", [{"id": "labelsToFields", "options": {}}]))),
-        ]),
+        (
+            "Fleet by model",
+            [
+                Panel(
+                    "Memory-bound engines / pods",
+                    "timeseries",
+                    "How many engines (and pods) wait for KV-cache space right now, of all engines.",
+                    (
+                        (f"model_name:kvwatch_memory_bound_engines:sum{{{M}}}", "{{model_name}} memory-bound engines"),
+                        (f"model_name:kvwatch_memory_bound_pods:count{{{M}}}", "{{model_name}} memory-bound pods"),
+                        (f"model_name:kvwatch_engines:count{{{M}}}", "{{model_name}} engines"),
+                    ),
+                ),
+                Panel(
+                    "Engines by saturation state",
+                    "timeseries",
+                    "Engines in each state per model.",
+                    ((f"model_name_state:kvwatch_saturation_state:sum{{{M}}}", "{{model_name}} {{state}}"),),
+                    extra=(
+                        ("fieldConfig", {"defaults": {"custom": {"stacking": {"mode": "normal"}}}, "overrides": []}),
+                    ),
+                ),
+                Panel(
+                    "KV pool and used tokens",
+                    "timeseries",
+                    "Pool tokens summed over engines, and tokens in use (usage x pool per engine, summed).",
+                    (
+                        (f"model_name:kvwatch_kv_pool_tokens:sum{{{M}}}", "{{model_name}} pool"),
+                        (f"model_name:kvwatch_kv_used_tokens:sum{{{M}}}", "{{model_name}} used"),
+                    ),
+                ),
+                Panel(
+                    "Fleet KV usage (token-weighted)",
+                    "timeseries",
+                    "Used tokens / pool tokens over all engines of a model: a ratio of sums, not an "
+                    "average of percentages.",
+                    ((f"model_name:kvwatch_kv_usage:ratio{{{M}}}", "{{model_name}}"),),
+                    unit="percentunit",
+                ),
+                Panel(
+                    "Running vs summed ceiling",
+                    "timeseries",
+                    "Requests running over all engines against the sum of per-engine ceilings at the "
+                    "observed p95 request size.",
+                    (
+                        (f"model_name:kvwatch_running_requests:sum{{{M}}}", "{{model_name}} running"),
+                        (f"model_name:kvwatch_max_concurrency_observed_p95:sum{{{M}}}", "{{model_name}} ceiling"),
+                    ),
+                ),
+                Panel(
+                    "Waiting and preemptions",
+                    "timeseries",
+                    "Queued requests over all engines, and preemptions per minute.",
+                    (
+                        (f"model_name:kvwatch_waiting_requests:sum{{{M}}}", "{{model_name}} waiting"),
+                        (f"model_name:kvwatch_preemptions:rate5m{{{M}}} * 60", "{{model_name}} preemptions/min"),
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Engines",
+            [
+                Panel(
+                    "Engines now",
+                    "table",
+                    "Every engine and its current state; click through to the engine view.",
+                    ((f"kvwatch_saturation_state{{{F}}} == 1", ""),),
+                    width=24,
+                    extra=(
+                        ("options", {"showHeader": True}),
+                        ("transformations", [{"id": "labelsToFields", "options": {}}]),
+                    ),
+                ),
+            ],
+        ),
     ]
-    return _dashboard("kvwatch-fleet", "kvwatch / fleet: KV-cache saturation by model",
-                      "Across engines: which models are memory-bound, pool and usage in tokens.", rows)
+    return _dashboard(
+        "kvwatch-fleet",
+        "kvwatch / fleet: KV-cache saturation by model",
+        "Across engines: which models are memory-bound, pool and usage in tokens.",
+        rows,
+    )
 
 
 def dashboards() -> dict[Path, dict[str, Any]]:
@@ -531,6 +775,67 @@ def dashboards() -> dict[Path, dict[str, Any]]:
 def panel_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, expr) of every panel target of a dashboard."""
     return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks the tests apply to every expression (kept here, beside the expressions they check)
+
+_PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+}
+_LABEL_VALUES = re.compile(r"^\s*label_values\((?P<selector>.*),\s*[A-Za-z_][A-Za-z0-9_]*\s*\)\s*$", re.S)
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression (or a Grafana ``label_values(selector, label)`` query) reads.
+
+    A small lexer, not a parser: it drops strings, label matchers, ranges and grouping label
+    lists, then keeps the identifiers that are not followed by ``(`` (functions, aggregations)
+    and are not PromQL keywords. promtool checks the syntax separately.
+    """
+    lv = _LABEL_VALUES.match(expr)
+    if lv:
+        expr = lv.group("selector")
+    s = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    s = re.sub(r"'(?:[^'\\]|\\.)*'", "''", s)
+    s = re.sub(r"\{[^}]*\}", " ", s)
+    s = re.sub(r"\[[^\]]*\]", " ", s)
+    s = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    names = set()
+    for m in re.finditer(r"(?<![0-9.$A-Za-z_:])[A-Za-z_:][A-Za-z0-9_:]*", s):
+        if s[m.end() :].lstrip().startswith("(") or m.group(0).lower() in _PROMQL_WORDS:
+            continue
+        names.add(m.group(0))
+    return names
+
+
+def is_percentage(name: str) -> bool:
+    """A 0..1 or 0..100 share: summing or averaging it across engines is meaningless."""
+    return name.endswith(("_ratio", "_perc", ":ratio", "_hit_rate"))
+
+
+def aggregates_percentages(expr: str) -> bool:
+    """True when an expression sums or averages a percentage across series without first turning
+    it into a quantity (``usage_ratio * pool_tokens`` is tokens, which add up)."""
+    if not re.search(r"\b(?:sum|avg|avg_over_time|sum_over_time)\s*(?:by|without)?\s*(?:\([^()]*\))?\s*\(", expr):
+        return False
+    shares = {n for n in metric_names(expr) if is_percentage(n)}
+    if not shares:
+        return False
+    quantities = {n for n in metric_names(expr) if n.endswith("_tokens")}
+    return not ("*" in expr and quantities) or bool(re.search(r"\bavg", expr))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -591,8 +896,11 @@ def dashboards_configmap_text() -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file and its content."""
-    out = {RULES_PATH: rules_text(), PROMETHEUS_RULE_PATH: prometheus_rule_text(),
-           DASHBOARDS_CONFIGMAP_PATH: dashboards_configmap_text()}
+    out = {
+        RULES_PATH: rules_text(),
+        PROMETHEUS_RULE_PATH: prometheus_rule_text(),
+        DASHBOARDS_CONFIGMAP_PATH: dashboards_configmap_text(),
+    }
     out.update({path: to_json(d) for path, d in dashboards().items()})
     return out
 
@@ -619,8 +927,10 @@ def main(argv: list[str] | None = None, write: Callable[[Path, str], None] | Non
         (write or (lambda p, t: p.write_text(t, encoding="utf-8")))(path, text)
         print(f"wrote {path.relative_to(ROOT)}")
     if stale:
-        print("stale generated files (run .venv/bin/python deploy/generate.py): "
-              + ", ".join(map(str, stale)), file=sys.stderr)
+        print(
+            "stale generated files (run .venv/bin/python deploy/generate.py): " + ", ".join(map(str, stale)),
+            file=sys.stderr,
+        )
         return 1
     return 0
 
