@@ -47,6 +47,7 @@ class SourceStatus:
     truncated_lines_total: int = 0
     mode: str = ""  # how the source learns of new data: "inotify", "poll", "pipe"
     eof: bool = False  # stdin / child: the stream has ended and every line has been delivered
+    dropped_lines_total: int = 0  # child: lines dropped because the consumer fell far behind
 
 
 class LineSource(Protocol):
@@ -171,6 +172,15 @@ class QueuedLines:
         """Reader side: hand over one line (blocks while the queue is full)."""
         self._queue.put(line)
         self._ready.set()
+
+    def offer(self, line: Line) -> bool:
+        """Reader side: hand over one line unless the queue is full (then False: dropped)."""
+        try:
+            self._queue.put_nowait(line)
+        except queue.Full:
+            return False
+        self._ready.set()
+        return True
 
     def end(self) -> None:
         """Reader side: the stream has ended."""

@@ -173,6 +173,9 @@ class LogFollower:
         elif not from_start:
             self._open_current(at_end=True)
         self._start_observer()
+        # Record where we start (the end of the file, by default) at once: a restart before the
+        # first commit then resumes here instead of at a later end, losing what came between.
+        self.commit()
 
     # ------------------------------------------------------------------ public
 
