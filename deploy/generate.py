@@ -777,6 +777,12 @@ def panel_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])]
 
 
+def as_promql(expr: str, rate_interval: str = "1m") -> str:
+    """A panel query as Grafana sends it with every variable at "All" (regex ``.*``)."""
+    expr = expr.replace("$__rate_interval", rate_interval)
+    return re.sub(r"\$\{?(model|pod|engine)\}?", ".*", expr)
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks the tests apply to every expression (kept here, beside the expressions they check)
 
