@@ -1,15 +1,417 @@
-"""`kvwatch capacity` and `kvwatch fleet` (placeholder until the capacity issue lands)."""
+"""``kvwatch capacity`` (the napkin math) and ``kvwatch fleet`` (GPUs for a peak).
+
+Flags -> a ``Deployment`` -> ``kvwatch.reconcile.capacity.estimate`` / ``levers`` -> a
+``kvwatch.capacity/1`` document, printed as JSON or as a table. ``--from-log`` reads the pool, the
+config and the model through the analyze reader and adds an ``observed`` block that holds the
+prediction against what vLLM printed (vllm-formats.md §7.5: a printed GiB pins the pool only to a
+few blocks, so the prediction is a range).
+"""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
 from kvwatch.errors import UsageError
+from kvwatch.reconcile import catalogue
+from kvwatch.reconcile.architecture import Architecture, resolve_model
+from kvwatch.reconcile.capacity import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_OVERHEAD_GIB,
+    GIB,
+    CapacityEstimate,
+    Deployment,
+    LeverRow,
+    RequestShape,
+    blocks_range_from_gib,
+    deployment_from_analysis,
+    estimate,
+    levers,
+    max_concurrency_at_max_model_len,
+)
+from kvwatch.reconcile.fleet import DEFAULT_SENSITIVITY, FleetPlan, plan_fleet
+
+SCHEMA = "kvwatch.capacity/1"
 
 
-def capacity() -> int:
-    """Not built yet."""
-    raise UsageError("kvwatch capacity is not built yet")
+class Format(StrEnum):
+    """Output formats."""
+
+    text = "text"
+    json = "json"
 
 
-def fleet() -> int:
-    """Not built yet."""
-    raise UsageError("kvwatch fleet is not built yet")
+def _gib_to_bytes(flag: str, value: float | None) -> int | None:
+    if value is None:
+        return None
+    if value < 0:
+        raise UsageError(f"{flag} must not be negative, got {value}")
+    return round(value * GIB)
+
+
+def _positive(flag: str, value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise UsageError(f"{flag} must be positive, got {value}")
+
+
+def _r(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+# ---------------------------------------------------------------------------------------------
+# --from-log
+# ---------------------------------------------------------------------------------------------
+
+
+def _analyze(path: str) -> dict[str, Any]:
+    """The kvwatch.analyze/1 document of one log (the analyze reader owns the parsing)."""
+    if path != "-" and not Path(path).is_file():
+        raise UsageError(f"--from-log {path}: no such file; give a saved vLLM log")
+    try:
+        from kvwatch.reconcile.analysis import analyze_paths
+    except ImportError:
+        raise UsageError("--from-log needs the analyze reader, which this build lacks; use --kv-cache-gib") from None
+    doc: dict[str, Any] = analyze_paths([path])
+    return doc
+
+
+def _observed(doc: dict[str, Any], arch: Architecture, dep: Deployment, est: CapacityEstimate) -> dict[str, Any]:
+    """What vLLM printed next to what kvwatch predicts from vLLM's own KV-memory figure."""
+    cap = doc.get("capacity") or {}
+    gib = cap.get("kv_cache_memory_gib")
+    printed_blocks = cap.get("gpu_blocks")
+    printed_tokens = cap.get("kv_cache_tokens")
+    conc = cap.get("max_concurrency") or {}
+    printed_ratio = conc.get("ratio")
+    layout = est.layout
+    if printed_blocks is None and printed_tokens is not None and layout.uniform:
+        printed_blocks = printed_tokens // layout.block_size
+    out: dict[str, Any] = {
+        "kv_cache_memory_gib": gib,
+        "gpu_blocks": cap.get("gpu_blocks"),
+        "kv_cache_tokens": printed_tokens,
+        "max_concurrency": printed_ratio,
+        "tokens_per_request": conc.get("tokens_per_request"),
+        "predicted_blocks_range": None,
+        "pool_within_one_block": None,
+        "predicted_max_concurrency": None,
+        "max_concurrency_matches": None,
+    }
+    if isinstance(gib, (int, float)) and not isinstance(gib, bool):
+        low, high = blocks_range_from_gib(layout, float(gib))
+        out["predicted_blocks_range"] = [low, high]
+        if isinstance(printed_blocks, int):
+            out["pool_within_one_block"] = low - 1 <= printed_blocks <= high + 1
+    max_len = conc.get("tokens_per_request") or est.max_model_len
+    if isinstance(printed_blocks, int) and isinstance(max_len, int) and max_len > 0:
+        predicted = max_concurrency_at_max_model_len(
+            layout, printed_blocks, max_len, dep.max_num_batched_tokens, dep.vllm_version
+        )
+        out["predicted_max_concurrency"] = round(predicted, 2)
+        if isinstance(printed_ratio, (int, float)):
+            out["max_concurrency_matches"] = round(predicted, 2) == round(float(printed_ratio), 2)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The document
+# ---------------------------------------------------------------------------------------------
+
+
+def capacity_document(
+    arch: Architecture, dep: Deployment, est: CapacityEstimate, rows: list[LeverRow]
+) -> dict[str, Any]:
+    """The ``kvwatch.capacity/1`` document (issue 3 item 6; extra fields are additive)."""
+    layout = est.layout
+    req = est.request
+    return {
+        "schema": SCHEMA,
+        "model": {
+            "name": arch.name,
+            "layers": arch.layers,
+            "attention_layers": arch.attention_layers,
+            "kv_heads": arch.kv_heads,
+            "head_dim": arch.head_dim,
+            "attention": arch.attention,
+            "dtype": arch.dtype,
+            "architecture": arch.architecture_class,
+            "sliding_window": arch.sliding_window,
+            "sliding_layers": sum(1 for k in arch.layer_kinds if k == "sliding"),
+            "mamba_layers": sum(1 for k in arch.layer_kinds if k == "mamba"),
+            "source": arch.source,
+        },
+        "kv_cache_dtype": dep.kv_cache_dtype,
+        "tensor_parallel_size": dep.tp,
+        "pipeline_parallel_size": dep.pp,
+        "kv_bytes_per_token": est.kv_bytes_per_token,
+        "pool": {
+            "bytes": est.pool_bytes,
+            "tokens": est.pool_tokens,
+            "blocks": est.pool_blocks,
+            "block_size": layout.block_size,
+            "source": est.pool_source,
+            "weights_bytes_per_gpu": est.weights_bytes,
+            "kv_cache_groups": len(layout.groups),
+        },
+        "request": {
+            "prompt_tokens": req.prompt_tokens if req else None,
+            "output_tokens": req.output_tokens if req else None,
+            "shared_prefix_tokens": req.shared_prefix_tokens if req else None,
+            "tokens": est.request_tokens,
+            "bytes": est.request_bytes,
+        },
+        "max_model_len": est.max_model_len,
+        "max_concurrency": _r(est.max_concurrency),
+        "max_concurrency_at_max_model_len": _r(est.max_concurrency_at_max_model_len),
+        "levers": [r.as_dict() for r in rows],
+    }
+
+
+def _fmt_int(x: int | None) -> str:
+    return "-" if x is None else f"{x:,}"
+
+
+def _fmt_float(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    """The table a person reads at a glance."""
+    m, pool, req = doc["model"], doc["pool"], doc["request"]
+    lines = [
+        f"{m['name']}: {m['attention']}, {m['layers']} layers ({m['attention_layers']} with KV), "
+        f"{m['kv_heads']} KV heads x {m['head_dim']}, {m['dtype']}",
+        f"  numbers from      {m['source']}",
+        f"  KV cache dtype    {doc['kv_cache_dtype']}   TP {doc['tensor_parallel_size']}   "
+        f"PP {doc['pipeline_parallel_size']}   block {pool['block_size']} tokens",
+        f"  KV per token      {doc['kv_bytes_per_token']:,} B per GPU ({doc['kv_bytes_per_token'] / 1024:,.1f} KiB)",
+    ]
+    if pool["blocks"] is None:
+        lines.append("  pool              - (give --gpu-memory-gib, --kv-cache-gib, --kv-cache-tokens or --from-log)")
+    else:
+        lines.append(
+            f"  pool              {pool['bytes'] / GIB:,.2f} GiB -> {pool['blocks']:,} blocks of {pool['block_size']} "
+            f"-> {pool['tokens']:,} tokens  (from {pool['source'].replace('_', ' ')})"
+        )
+    if req["tokens"] is not None:
+        lines.append(
+            f"  request           {req['prompt_tokens']:,} prompt + {req['output_tokens']:,} output"
+            f" - {req['shared_prefix_tokens']:,} shared = {req['tokens']:,} tokens each "
+            f"({req['bytes'] / GIB:,.2f} GiB of KV for one whole request)"
+        )
+        lines.append(f"  max concurrency   {_fmt_float(doc['max_concurrency'])} requests of that size")
+    if doc["max_model_len"]:
+        lines.append(
+            f"  at max_model_len  {_fmt_float(doc['max_concurrency_at_max_model_len'])}x for "
+            f"{doc['max_model_len']:,} tokens per request (vLLM's startup line)"
+        )
+    obs = doc.get("observed")
+    if obs:
+        lines.append(
+            f"  vLLM printed      {_fmt_float(obs['kv_cache_memory_gib'])} GiB, {_fmt_int(obs['gpu_blocks'])} blocks, "
+            f"{_fmt_int(obs['kv_cache_tokens'])} tokens, {_fmt_float(obs['max_concurrency'])}x; predicted blocks "
+            f"{obs['predicted_blocks_range'] or '-'}, {_fmt_float(obs['predicted_max_concurrency'])}x"
+        )
+    lines.append("")
+    header = f"  {'lever':<34}{'bytes/token':>12}{'pool tokens':>14}{'concurrency':>13}{'x':>7}  note"
+    lines.append(header)
+    for row in doc["levers"]:
+        lines.append(
+            f"  {row['lever']:<34}{_fmt_int(row['kv_bytes_per_token']):>12}{_fmt_int(row['pool_tokens']):>14}"
+            f"{_fmt_float(row['max_concurrency']):>13}{_fmt_float(row['multiplier']):>7}  {row['note']}"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------
+
+
+def capacity(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "--model-config", help="Catalogue name, Hugging Face id (local cache), config.json or folder."
+        ),
+    ] = None,
+    gpu_memory_gib: Annotated[
+        float | None, typer.Option(help="GPU memory per card, GiB (pool = G x U - W - O).")
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help=f"vLLM's --gpu-memory-utilization [default {DEFAULT_GPU_MEMORY_UTILIZATION}].")
+    ] = None,
+    weights_gib: Annotated[
+        float | None, typer.Option(help="Weights per GPU, GiB [default: catalogue parameters x dtype / (TP x PP)].")
+    ] = None,
+    overhead_gib: Annotated[
+        float | None,
+        typer.Option(help=f"Non-KV memory: activations, CUDA graphs, non-torch, GiB [default {DEFAULT_OVERHEAD_GIB}]."),
+    ] = None,
+    kv_cache_gib: Annotated[float | None, typer.Option(help="Measured KV memory per GPU, GiB (vLLM's figure).")] = None,
+    kv_cache_tokens: Annotated[int | None, typer.Option(help="Measured pool in tokens (vLLM's KV cache size).")] = None,
+    from_log: Annotated[
+        str | None, typer.Option(help="A vLLM log: pool, config and model as `kvwatch analyze` reads them.")
+    ] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="auto | fp8 | fp8_e4m3 | fp8_e5m2 [default auto].")] = None,
+    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size [default 1].")] = None,
+    pp: Annotated[int | None, typer.Option("--pp", help="Pipeline-parallel size [default 1].")] = None,
+    block_size: Annotated[int | None, typer.Option(help="Tokens per KV block [default 16].")] = None,
+    max_model_len: Annotated[
+        int | None, typer.Option(help="vLLM's --max-model-len [default: the model's max_position_embeddings].")
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="Bounds sliding-window layers per request [default 8192].")
+    ] = None,
+    prompt_tokens: Annotated[int | None, typer.Option(help="Prompt tokens of a typical request.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(help="Output tokens of a typical request.")] = None,
+    shared_prefix_tokens: Annotated[int, typer.Option(help="Prompt tokens every request shares.")] = 0,
+    prefix_caching: Annotated[
+        bool | None, typer.Option("--prefix-caching/--no-prefix-caching", help="Store the shared prefix once [on].")
+    ] = None,
+    list_models: Annotated[bool, typer.Option("--list-models", help="List the built-in catalogue and exit.")] = False,
+    output_format: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
+) -> None:
+    """KV bytes per token, the pool, max concurrency and the levers that move it."""
+    if list_models:
+        for entry in catalogue.CATALOGUE:
+            typer.echo(f"{entry.model_id:<40} {entry.citation}")
+        return
+    pools = [f for f, v in (("--kv-cache-gib", kv_cache_gib), ("--kv-cache-tokens", kv_cache_tokens),
+                            ("--from-log", from_log)) if v is not None]
+    if len(pools) > 1:
+        raise UsageError(f"give one measured pool, not {' and '.join(pools)}")
+    for flag, value in (("--tp", tp), ("--pp", pp), ("--block-size", block_size), ("--max-model-len", max_model_len),
+                        ("--kv-cache-tokens", kv_cache_tokens), ("--max-num-batched-tokens", max_num_batched_tokens)):
+        _positive(flag, value)
+    if (prompt_tokens is None) != (output_tokens is None):
+        raise UsageError("give --prompt-tokens and --output-tokens together (use 0 for none)")
+    request = None
+    if prompt_tokens is not None and output_tokens is not None:
+        if prompt_tokens < 0 or output_tokens < 0 or prompt_tokens + output_tokens == 0:
+            raise UsageError("--prompt-tokens and --output-tokens must be >= 0 and not both 0")
+        if not 0 <= shared_prefix_tokens <= prompt_tokens:
+            raise UsageError(
+                f"--shared-prefix-tokens {shared_prefix_tokens} must be within the prompt (0..{prompt_tokens})"
+            )
+        request = RequestShape(prompt_tokens, output_tokens, shared_prefix_tokens)
+    elif shared_prefix_tokens:
+        raise UsageError("--shared-prefix-tokens needs --prompt-tokens and --output-tokens")
+
+    doc_log: dict[str, Any] | None = None
+    dep = Deployment()
+    if from_log is not None:
+        doc_log = _analyze(from_log)
+        dep = deployment_from_analysis(doc_log)
+        if model is None:
+            cfg = doc_log.get("config") or {}
+            model = cfg.get("model") or cfg.get("served_model_name")
+            if not model:
+                raise UsageError(f"--from-log {from_log}: the log names no model; pass --model")
+    if model is None:
+        raise UsageError("--model is required: a catalogue name, a config.json or a model folder (see --list-models)")
+    arch = resolve_model(model)
+
+    changes: dict[str, Any] = {}
+    settings: tuple[tuple[str, object], ...] = (
+        ("kv_cache_dtype", kv_cache_dtype), ("tp", tp), ("pp", pp), ("block_size", block_size),
+        ("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens),
+        ("prefix_caching", prefix_caching), ("gpu_memory_utilization", gpu_memory_utilization),
+    )
+    for key, setting in settings:
+        if setting is not None:
+            changes[key] = setting
+    if request is not None:
+        changes["request"] = request
+    if gpu_memory_gib is not None:
+        changes["gpu_memory_bytes"] = _gib_to_bytes("--gpu-memory-gib", gpu_memory_gib)
+    if weights_gib is not None:
+        changes["weights_bytes"] = _gib_to_bytes("--weights-gib", weights_gib)
+    if overhead_gib is not None:
+        changes["overhead_bytes"] = _gib_to_bytes("--overhead-gib", overhead_gib)
+    if kv_cache_gib is not None:
+        changes["pool_bytes"] = _gib_to_bytes("--kv-cache-gib", kv_cache_gib)
+    if kv_cache_tokens is not None:
+        changes["pool_tokens"] = kv_cache_tokens
+    dep = replace(dep, **changes)
+
+    est = estimate(arch, dep)
+    doc = capacity_document(arch, dep, est, levers(arch, dep))
+    if doc_log is not None:
+        doc["observed"] = _observed(doc_log, arch, dep, est)
+    if output_format is Format.json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        typer.echo(render_text(doc))
+
+
+def _parse_sensitivity(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return DEFAULT_SENSITIVITY
+    try:
+        values = tuple(int(part.replace("_", "").strip()) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(f"--sensitivity {text!r}: give comma-separated token counts, e.g. 4000,8000,32000") from None
+    if not values:
+        raise UsageError("--sensitivity is empty; give comma-separated token counts, e.g. 4000,8000,32000")
+    return values
+
+
+def render_fleet(plan: FleetPlan) -> str:
+    """The fleet plan as a few lines and a sensitivity table."""
+    lines = [
+        f"peak {plan.peak_concurrent:,} concurrent x {plan.avg_context:,} tokens x {plan.kv_bytes_per_token:,} B/token",
+        f"  per request       {plan.per_request_bytes:,} B ({plan.per_request_bytes / GIB:,.2f} GiB)",
+        f"  cache needed      {plan.cache_needed_bytes:,} B ({plan.cache_needed_bytes / 1e9:,.1f} GB)",
+        f"  usable per GPU    {plan.usable_cache_bytes:,} B ({plan.usable_cache_bytes / 1e9:,.1f} GB)",
+        f"  GPUs              {plan.gpus:,}",
+        "",
+        f"  {'avg context':>12}{'GPUs':>10}",
+    ]
+    lines += [f"  {c:>12,}{g:>10,}" for c, g in plan.sensitivity]
+    return "\n".join(lines)
+
+
+def fleet(
+    peak_concurrent: Annotated[int, typer.Option(help="Conversations in flight at the peak.")],
+    avg_context: Annotated[int, typer.Option(help="Average tokens held per conversation (prompt + output).")],
+    kv_bytes_per_token: Annotated[int | None, typer.Option(help="KV bytes per token (or --model).")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model to take bytes/token from.")] = None,
+    kv_cache_dtype: Annotated[str, typer.Option(help="With --model: auto | fp8 ...")] = "auto",
+    usable_cache_gib: Annotated[float | None, typer.Option(help="KV cache per GPU, GiB (2^30).")] = None,
+    usable_cache_gb: Annotated[float | None, typer.Option(help="KV cache per GPU, GB (10^9).")] = None,
+    sensitivity: Annotated[str | None, typer.Option(help="Context lengths to try, e.g. 4000,8000,32000.")] = None,
+    output_format: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
+) -> None:
+    """GPUs needed for the KV cache of a peak of concurrent conversations, with sensitivity."""
+    if (kv_bytes_per_token is None) == (model is None):
+        raise UsageError("give exactly one of --kv-bytes-per-token and --model")
+    if (usable_cache_gib is None) == (usable_cache_gb is None):
+        raise UsageError("give exactly one of --usable-cache-gib and --usable-cache-gb")
+    if kv_bytes_per_token is None:
+        assert model is not None
+        arch = resolve_model(model)
+        from kvwatch.reconcile.capacity import kv_bytes_per_token as per_token
+
+        kv_bytes_per_token = per_token(arch, kv_cache_dtype=kv_cache_dtype)
+    if usable_cache_gib is not None:
+        usable = round(usable_cache_gib * GIB)
+    else:
+        assert usable_cache_gb is not None
+        usable = round(usable_cache_gb * 10**9)
+    plan = plan_fleet(
+        peak_concurrent=peak_concurrent,
+        avg_context=avg_context,
+        kv_bytes_per_token=kv_bytes_per_token,
+        usable_cache_bytes=usable,
+        sensitivity=_parse_sensitivity(sensitivity),
+    )
+    if output_format is Format.json:
+        typer.echo(json.dumps(plan.as_dict(), indent=2))
+    else:
+        typer.echo(render_fleet(plan))
