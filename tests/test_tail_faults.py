@@ -10,6 +10,7 @@ The writer paces itself with short sleeps; the assertions are about counts, neve
 from __future__ import annotations
 
 import collections
+import io
 import os
 import re
 import shutil
@@ -44,7 +45,8 @@ class Writer(threading.Thread):
 
     def _write(self) -> None:
         every = RECORDS // (ROTATIONS + 1)
-        fh = open(self.log, "ab")  # O_APPEND, like vLLM's stdout redirected with >>
+        # O_APPEND, like vLLM's stdout redirected with >>. Not a with-block: rotation swaps it.
+        fh = open(self.log, "ab")  # noqa: SIM115
         try:
             for n in range(RECORDS):
                 if n and n % every == 0 and len(self.rotations) < ROTATIONS:
@@ -64,10 +66,10 @@ class Writer(threading.Thread):
         finally:
             fh.close()
 
-    def _rotate(self, fh: object, index: int) -> object:
+    def _rotate(self, fh: io.BufferedWriter, index: int) -> io.BufferedWriter:
         rotated = self.log.with_name(f"{self.log.name}.{index + 1}")
         if index % 2 == 0:  # rename rotation: the writer reopens the path (logrotate "create")
-            fh.close()  # type: ignore[attr-defined]
+            fh.close()
             os.rename(self.log, rotated)
             self.rotations.append("rename")
             return open(self.log, "ab")
