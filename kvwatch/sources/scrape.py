@@ -16,11 +16,12 @@ from __future__ import annotations
 import errno
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import requests
+import urllib3.exceptions
 
 from kvwatch.errors import UsageError
 from kvwatch.records import MetricsSnapshot
@@ -165,7 +166,7 @@ class MetricsScraper:
                 raise _HttpStatus(response.status_code, response.reason or "")
             chunks: list[bytes] = []
             size = 0
-            for chunk in response.iter_content(_CHUNK):
+            for chunk in _body_chunks(response):
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
@@ -211,19 +212,39 @@ class MetricsScraper:
             return f"{where}: HTTP {exc.status} {exc.reason}{hint}".rstrip()
         if isinstance(exc, _Problem):
             return f"{where}: {exc}"
-        if isinstance(exc, requests.exceptions.SSLError):
+        if isinstance(exc, requests.exceptions.SSLError | urllib3.exceptions.SSLError):
             return f"{where}: TLS verification failed (pass a CA bundle, or --insecure to skip verification)"
-        if isinstance(exc, requests.exceptions.Timeout):
+        if _timed_out(exc):
             return f"{where}: no answer within the {self.timeout:g} s timeout (server overloaded or hung?)"
-        if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        if isinstance(exc, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError):
             return f"{where}: response truncated (connection closed before the body was complete)"
+        if isinstance(exc, urllib3.exceptions.DecodeError | requests.exceptions.ContentDecodingError):
+            return f"{where}: response body could not be decompressed"
         if isinstance(exc, requests.exceptions.ConnectionError):
             if _refused(exc):
                 return f"{where}: connection refused (is vLLM running and listening on that port?)"
             return f"{where}: cannot connect ({_root_cause(exc)})"
         if isinstance(exc, requests.exceptions.RequestException):
             return f"{where}: {type(exc).__name__}"
-        return f"{where}: {type(exc).__name__}: {_first_line(str(exc))}"
+        return f"{where}: {type(exc).__name__}: {_first_line(str(exc))[:200]}"
+
+
+def _body_chunks(response: requests.Response) -> Iterator[bytes]:
+    """Body bytes as they arrive, so the overall deadline is checked between reads.
+
+    ``iter_content(n)`` blocks until n bytes or EOF, which lets a server that trickles bytes
+    hold a scrape for ever; ``read1`` returns what the socket has (each read still bounded by
+    the read timeout). Chunked bodies arrive chunk by chunk anyway.
+    """
+    raw = response.raw
+    if raw.chunked:
+        yield from raw.stream(_CHUNK, decode_content=True)
+        return
+    while True:
+        data = raw.read1(_CHUNK, decode_content=True)
+        if not data:
+            return
+        yield data
 
 
 class _Problem(Exception):
@@ -261,6 +282,15 @@ def _refused(exc: BaseException) -> bool:
     """Connection refused: requests wraps the OSError twice, so its text is the reliable witness."""
     text = str(exc)
     return "Connection refused" in text or f"[Errno {errno.ECONNREFUSED}]" in text
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Connect or read timeout, however requests wrapped it (a read timeout while streaming the
+    body surfaces as requests' ConnectionError around urllib3's ReadTimeoutError)."""
+    if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError | TimeoutError):
+        return True
+    inner = exc.args[0] if exc.args else None
+    return isinstance(inner, urllib3.exceptions.TimeoutError | TimeoutError)
 
 
 def _root_cause(exc: BaseException) -> str:
