@@ -407,3 +407,20 @@ def test_state_dir_that_cannot_be_created_is_a_usage_error(tmp_path: Path) -> No
     blocker.touch()
     with pytest.raises(UsageError, match="cannot use --state-dir"):
         LogFollower(tmp_path / "vllm.log", state_dir=blocker / "state")
+
+
+def test_symlinked_log_rotated_where_it_really_lives(tmp_path: Path, follow: FollowerFactory) -> None:
+    # Kubernetes: /var/log/containers/<pod>.log -> /var/log/pods/<pod>/<container>/0.log
+    pods = tmp_path / "pods"
+    pods.mkdir()
+    real = pods / "0.log"
+    real.touch()
+    link = tmp_path / "containers.log"
+    link.symlink_to(real)
+    follower = follow(link, rotate_wait=0)
+    append(real, b"1\n")
+    assert texts(follower.poll()) == ["1"]
+    append(real, b"2\n")
+    rotate_copytruncate(real)  # the copy lands next to the real file, not next to the link
+    append(real, b"3\n")
+    assert texts(follower.poll()) == ["2", "3"]

@@ -424,11 +424,19 @@ class LogFollower:
         return fd, os.fstat(fd).st_size
 
     def _siblings(self) -> list[os.DirEntry[str]]:
-        """Files next to the log whose names share its stem: where logrotate puts rotated copies."""
-        stem = self._name.split(".", 1)[0]
+        """Files next to the log whose names share its stem: where logrotate puts rotated copies.
+
+        Next to the real file when ``path`` is a symlink (Kubernetes' /var/log/containers/*.log
+        point into /var/log/pods/..., where the kubelet rotates).
+        """
+        real = os.path.realpath(self.path)
+        directory, name = os.path.dirname(real), os.path.basename(real)
+        stem = name.split(".", 1)[0]
         try:
-            with os.scandir(self._dir) as it:
-                return [e for e in it if e.name != self._name and (not stem or e.name.startswith(stem))]
+            with os.scandir(directory) as it:
+                return [
+                    e for e in it if e.name not in (name, self._name) and (not stem or e.name.startswith(stem))
+                ]
         except OSError:
             return []
 
