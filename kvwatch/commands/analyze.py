@@ -1,10 +1,93 @@
-"""`kvwatch analyze` (placeholder until its issue lands)."""
+"""`kvwatch analyze PATH...`: postmortem of saved vLLM logs (plain, ``.gz``, ``-`` for stdin).
+
+Wires files -> log parser -> analysis -> report. ``--format json`` prints the ``kvwatch.analyze/1``
+document of CONTRACTS.md; ``text`` is for an on-call engineer, ``markdown`` for an incident doc.
+Exit codes (CONTRACTS.md): 2 when an input cannot be read (missing, a directory, unreadable, a
+damaged .gz); 1 when the inputs were read but hold no vLLM line at all (the document is still
+printed); 0 otherwise. A progress bar goes to stderr for large inputs, only on a terminal.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
 from kvwatch.errors import UsageError
+from kvwatch.export.report import render_markdown, render_text
+from kvwatch.reconcile.analysis import analyze_paths
+
+PROGRESS_MIN_BYTES = 64 << 20  # smaller inputs finish before a bar is worth drawing
 
 
-def analyze() -> int:
-    """Not built yet."""
-    raise UsageError("kvwatch analyze is not built yet")
+class OutputFormat(StrEnum):
+    """Output formats of ``kvwatch analyze``."""
+
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+def analyze(
+    paths: Annotated[
+        list[str],
+        typer.Argument(metavar="PATH...", help="Saved vLLM logs: plain, .gz, or - for stdin (one per pod is fine)."),
+    ],
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", help="text (on-call), json (kvwatch.analyze/1) or markdown.")
+    ] = OutputFormat.text,
+    model_config: Annotated[
+        str | None, typer.Option("--model-config", metavar="FILE", help="The model's config.json, for levers.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", metavar="NAME", help="A model name from the catalogue, for levers.")
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", min=1, help="Worker processes for a large file (default: CPUs, at most 4).")
+    ] = None,
+) -> None:
+    """Postmortem of saved vLLM logs: the server, what happened, and why requests waited."""
+    if model_config and model:
+        raise UsageError("give --model-config FILE or --model NAME, not both")
+    if model_config and not os.path.isfile(model_config):
+        raise UsageError(f"{model_config}: no such file; --model-config takes the model's config.json")
+    doc = _run(paths, model_config or model, jobs)
+    if output_format is OutputFormat.json:
+        text = json.dumps(doc, indent=2)
+    elif output_format is OutputFormat.markdown:
+        text = render_markdown(doc)
+    else:
+        text = render_text(doc)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+    if doc["records_total"] == 0:
+        names = ", ".join(p for p in paths)
+        print(
+            f"kvwatch: error: {names}: no vLLM log lines found; pass the server's own output "
+            "(vllm serve ... > server.log 2>&1, or kubectl logs POD)",
+            file=sys.stderr,
+        )
+        raise typer.Exit(1)
+
+
+def _run(paths: list[str], model: str | None, jobs: int | None) -> dict[str, Any]:
+    total = 0
+    for p in paths:
+        if p != "-" and os.path.isfile(p):
+            total += os.path.getsize(p)
+    show = sys.stderr.isatty() and sys.stdout.isatty() and total >= PROGRESS_MIN_BYTES
+    if not show:
+        return analyze_paths(paths, model=model, jobs=jobs)
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), transient=True,
+    ) as bar:
+        task = bar.add_task("reading logs", total=total)
+        return analyze_paths(paths, model=model, jobs=jobs, progress=lambda n: bar.advance(task, n))

@@ -101,7 +101,7 @@ def _num(raw: str) -> int | float:
 
 
 def _device(word: str) -> str:
-    word = word.split()[0].lower()
+    word = word.split(maxsplit=1)[0].lower()
     return "gpu" if word in ("gpu", "cuda") else word
 
 
@@ -245,9 +245,10 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
         return
     m = P.PREEMPTION.search(text)
     if m:
-        mode = "recompute" if m.group(1) == "RECOMPUTE" else "swap"
         cumulative = int(m.group(2)) if m.group(2) else None
-        out.records.append(PreemptionRecord(lineno, ts, mode, cumulative))
+        out.records.append(
+            PreemptionRecord(lineno, ts, "recompute" if m.group(1) == "RECOMPUTE" else "swap", cumulative)
+        )
         return
     if P.SHUTDOWN.search(text):
         out.shutdown = True
@@ -259,12 +260,16 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
             continue
         if row.phase is not None:
             out.kinds.append((row.name, row.phase))
-        for name, raw in zip(row.fields, m.groups(), strict=False):
-            if name and raw is not None:
+        for names, raw in zip(row.fields, m.groups(), strict=False):
+            if raw is None:
+                continue
+            for name in names.split("|") if names else ():
                 out.records.append(FactRecord(lineno, ts, name, _fact_value(name, raw)))
         if row.error:
             out.records.append(ErrorRecord(lineno, ts, row.error, m.group(0)))  # type: ignore[arg-type]
-        if row.name == "args" or row.name == "engine_config":
+        if row.name == "cli_command":
+            _cli_facts(text[m.end() :], lineno, ts, out)
+        if row.name in {"args", "engine_config"}:
             for km in P.ARG_KEY.finditer(text, max(0, m.end() - 2)):
                 name = P.ARG_FIELDS[km.group(1)]
                 value = _arg_value(name, km.group(2))
@@ -272,6 +277,23 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
                     out.records.append(FactRecord(lineno, ts, name, value))
                     if name == "config.block_size":
                         out.records.append(FactRecord(lineno, ts, "capacity.block_size", value))
+
+
+def _cli_facts(rest: str, lineno: int, ts: LogTime | None, out: LineScan) -> None:
+    """Facts from the flags of a pasted ``vllm serve`` / ``vllm bench`` command line."""
+    pm = P.CLI_POSITIONAL_MODEL.match(rest)
+    if pm:
+        out.records.append(FactRecord(lineno, ts, "config.model", pm.group(1)))
+    for fm in P.CLI_FLAG.finditer(rest):
+        flag = fm.group(1) or P.CLI_SHORT[fm.group(2)]
+        key = flag.replace("-", "_")
+        if flag in P.CLI_BOOL:
+            out.records.append(FactRecord(lineno, ts, "config.enable_prefix_caching", P.CLI_BOOL[flag]))
+        elif key in P.ARG_FIELDS and fm.group(3):
+            name = P.ARG_FIELDS[key]
+            value = _arg_value(name, fm.group(3))
+            if value is not None:
+                out.records.append(FactRecord(lineno, ts, name, value))
 
 
 def scan_line(text: str, lineno: int) -> LineScan:

@@ -132,6 +132,17 @@ CONFIG_DUMP = re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v([^)\s]+)\)
 # "args: Namespace(...)" (0.4.3-0.8.5) and "non-default args: {...}" (0.9+).
 ARGS_LINE = re.compile(r"(?:non-default args: \{|\bargs: Namespace\()")
 
+# A command line pasted with the log: "$ vllm serve MODEL --max-model-len 8192 ...", "vllm bench
+# throughput --model M", "python -m vllm.entrypoints.openai.api_server --model M" (0.4-0.33).
+CLI_COMMAND = re.compile(
+    r"(?:^|[$#>]\s*)(?:vllm (?:serve|bench \w+)|python3? -m vllm\.entrypoints\.openai\.api_server)(?=\s|$)"
+)
+CLI_POSITIONAL_MODEL = re.compile(r"^\s+([^-\s]\S*)")  # "vllm serve MODEL" (0.5.5+)
+CLI_FLAG = re.compile(r"\s(?:--([a-z][a-z0-9-]*)|-(tp|pp|dp|q))(?:[= ](?!-)(\S+))?")
+CLI_SHORT = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size",
+             "q": "quantization"}
+CLI_BOOL = {"enable-prefix-caching": True, "no-enable-prefix-caching": False}
+
 
 # --------------------------------------------------------------------------------------------
 # The table
@@ -147,7 +158,7 @@ class LineKind:
     regex: re.Pattern[str]
     versions: str
     why: str
-    # Analyze fields filled from the regex groups, in group order; "" skips a group.
+    # Analyze fields filled from the regex groups, in group order; "" skips a group, "a|b" fills two.
     fields: tuple[str, ...] = ()
     error: str | None = None  # ErrorKind, for error rows: the message is group 0 (vLLM's text)
     phase: int | None = None  # startup phase, None for lines that are not part of a startup block
@@ -176,6 +187,9 @@ LINE_KINDS: tuple[LineKind, ...] = (
          fields=("config.vllm_version",), phase=2),
     _row("args", "args: ", ARGS_LINE.pattern, "args 0.4.3-0.8.5, non-default args 0.9-0.33",
          "the only place block_size, gpu_memory_utilization and max_num_seqs are stated", phase=1),
+    _row("cli_command", "vllm", CLI_COMMAND.pattern, "all (a shell prompt pasted with the log)",
+         "a pasted '$ vllm serve MODEL --flag ...' states the model and flags a server started with",
+         phase=0),
     _row("chunked_prefill", "max_num_batched_tokens=",
          r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", "0.5.3-0.33",
          "max_num_batched_tokens when chunked prefill is on",
@@ -247,7 +261,9 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row("max_concurrency", "Maximum concurrency",
          r"Maximum concurrency for " + _NUM + r" tokens per request: " + _DEC + r"x", "0.6.3-0.33",
          "how many max_model_len requests the pool holds; raw integer in V0, separators in V1",
-         fields=("capacity.max_concurrency.tokens_per_request", "capacity.max_concurrency.ratio"), phase=5),
+         # "for N tokens per request" is max_model_len in every version (the ratio's denominator).
+         fields=("capacity.max_concurrency.tokens_per_request|config.max_seq_len", "capacity.max_concurrency.ratio"),
+         phase=5),
     _row("attention_block_size", "attention block size",
          r"Setting attention block size to (\d+) tokens", "0.10+ hybrid/Mamba models",
          "hybrid models raise the block size", fields=("capacity.block_size",), phase=5),
@@ -296,6 +312,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Cache",  # V0 three-line profiling "reserved for KV Cache is"
     b"version",  # banners, logo
     b"args",  # non-default args / args: Namespace
+    b"vllm ",  # a pasted "$ vllm serve ..." command line
     b"blocks",  # block counts, override
     b"oncurrency",  # "Maximum concurrency" alone
     b"emory",  # profiling, OOM, startup memory, Available KV cache memory

@@ -1,0 +1,139 @@
+"""Human renderings of the ``kvwatch.analyze/1`` document: text for on-call, markdown for incidents.
+
+Both are built from the JSON document only (never from log text), so nothing the document does
+not hold (request content in particular) can reach a report. Order follows what an on-call
+engineer asks in the first 30 seconds: what was the server, what happened, what is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NA = "not stated"
+
+
+def _n(value: Any, unit: str = "", digits: int | None = None) -> str:
+    if value is None:
+        return _NA
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}{unit}"
+    if isinstance(value, float):
+        text = f"{value:,.{digits}f}" if digits is not None else f"{value:,.2f}".rstrip("0").rstrip(".")
+        return f"{text}{unit}"
+    return f"{value}{unit}"
+
+
+def _server_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    cfg, cap = doc["config"], doc["capacity"]
+    mc = cap["max_concurrency"]
+    pool = _n(cap["kv_cache_tokens"], " tokens")
+    if cap["kv_cache_memory_gib"] is not None:
+        pool += f" in {_n(cap['kv_cache_memory_gib'], ' GiB')}"
+    if cap["gpu_blocks"] is not None:
+        pool += f" ({_n(cap['gpu_blocks'])} blocks)"
+    conc = _NA
+    if mc["ratio"] is not None:
+        conc = f"{_n(mc['ratio'])}x at {_n(mc['tokens_per_request'])} tokens per request"
+    model = cfg["served_model_name"] or cfg["model"]
+    return [
+        ("model", _n(model) + (f" ({cfg['model']})" if cfg["model"] and cfg["model"] != model else "")),
+        ("vLLM", _n(cfg["vllm_version"])),
+        ("device", f"{_n(cap['device'])}, TP {_n(cfg['tensor_parallel_size'])}, "
+                   f"PP {_n(cfg['pipeline_parallel_size'])}"),
+        ("KV pool", pool),
+        ("block size", _n(cap["block_size"] or cfg["block_size"])),
+        ("max concurrency", conc),
+        ("max_model_len", _n(cfg["max_seq_len"])),
+        ("max_num_seqs", _n(cfg["max_num_seqs"])),
+        ("weights", _n(cap["weights_gib"], " GiB")),
+        ("prefix caching", _n(cfg["enable_prefix_caching"])),
+    ]
+
+
+def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    st, pre, sat = doc["stats"], doc["preemptions"], doc["saturation"]
+    rows: list[tuple[str, str]] = [("server starts", _n(doc["runs"]))]
+    if st["count"]:
+        span = f"{st['first_ts'] or '?'} .. {st['last_ts'] or '?'}"
+        rows.append(("stats records", f"{st['count']:,} ({span})"))
+        mx = st["max"]
+        rows.append(
+            ("peaks", f"{_n(mx['running'])} running, {_n(mx['waiting'])} waiting, "
+             f"{_n(mx['kv_usage_pct'], ' %', 1)} KV usage")
+        )
+        last = st["last"]
+        rows.append(
+            ("last record", f"{_n(last['running'])} running, {_n(last['waiting'])} waiting, "
+             f"{_n(last['kv_usage_pct'], ' %', 1)} KV usage")
+        )
+        if len(st.get("engines", [])) > 1:
+            for e in st["engines"]:
+                name = f"engine {e['engine']}" + (f" of {e['source']}" if e["source"] else "")
+                rows.append((name, f"{e['verdict']}: peaks {_n(e['max_running'])} running, "
+                             f"{_n(e['max_waiting'])} waiting, {_n(e['max_kv_usage_pct'], ' %', 1)}"))
+    else:
+        rows.append(("stats records", "none"))
+    if sat["memory_bound_records"]:
+        secs = sat["memory_bound_seconds"]
+        rows.append(
+            ("memory-bound", f"{sat['memory_bound_records']} records"
+             + (f", {secs:,.0f} s" if secs is not None else "") + f" in {sat['episodes_total']} episode(s)")
+        )
+        for ep in sat["episodes"][:10]:
+            rows.append(("  episode", f"{ep['start_ts']} .. {ep['end_ts']}: up to {ep['peak_waiting']} waiting, "
+                         f"KV {_n(ep['peak_kv_usage_pct'], ' %', 1)}"))
+    preempt = f"{pre['warnings']} V0 warnings"
+    if pre["max_cumulative"] is not None:
+        preempt += f" (cumulative {pre['max_cumulative']:,})"
+    preempt += f", {pre['from_stats']:,} in V1 stats"
+    rows.append(("preemptions", preempt))
+    if doc["errors"]:
+        for err in doc["errors"][:10]:
+            rows.append((f"error {err['kind']}", f"line {err['line']}: {err['message']}"))
+    else:
+        rows.append(("errors", "none"))
+    return rows
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    """A plain-text report: server, what happened, diagnosis."""
+    out: list[str] = []
+    diag = doc["diagnosis"]
+    out.append(f"kvwatch analyze: {diag['verdict'].replace('_', '-').upper()}")
+    out.append(f"  {diag['summary']}")
+    for title, rows in (("Server", _server_lines(doc)), ("What happened", _happened_lines(doc))):
+        out.append("")
+        out.append(title)
+        width = max(len(k) for k, _ in rows)
+        out.extend(f"  {k:<{width}}  {v}" for k, v in rows)
+    if diag["levers"]:
+        out.append("")
+        out.append("Levers")
+        out.extend(f"  - {lever}" for lever in diag["levers"])
+    inputs = ", ".join(f"{i['path']} ({i['lines']:,} lines)" for i in doc["inputs"])
+    out.append("")
+    out.append(f"Read: {inputs}")
+    return "\n".join(out)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """Markdown for pasting into an incident document."""
+    diag = doc["diagnosis"]
+    out = [
+        "## vLLM postmortem (kvwatch analyze)",
+        "",
+        f"**Verdict: {diag['verdict'].replace('_', '-')}**. {_md_cell(diag['summary'])}",
+    ]
+    for title, rows in (("Server", _server_lines(doc)), ("What happened", _happened_lines(doc))):
+        out += ["", f"### {title}", "", "| | |", "| --- | --- |"]
+        out += [f"| {_md_cell(k.strip())} | {_md_cell(v)} |" for k, v in rows]
+    if diag["levers"]:
+        out += ["", "### Levers", ""] + [f"- {_md_cell(str(lever))}" for lever in diag["levers"]]
+    out += ["", "Inputs: " + ", ".join(f"`{i['path']}` ({i['lines']:,} lines)" for i in doc["inputs"])]
+    return "\n".join(out)

@@ -1,0 +1,417 @@
+"""Log records -> the ``kvwatch.analyze/1`` document (CONTRACTS.md), with saturation and diagnosis.
+
+``Analysis`` folds records in input order with bounded state (counters, last/max values, one
+SaturationJudge per engine, a capped list of episodes and errors), so a 4 M-line log needs no more
+memory than a 2 M-line one. ``analyze_paths`` is the whole postmortem in one call (files -> parser
+-> this), used by ``kvwatch analyze`` and by other commands (``kvwatch capacity --from-log``).
+
+Data-parallel engines stay separate: saturation is judged per (input, engine) and nothing averages
+or sums percentages across engines. Values the log does not state stay null; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvwatch.reconcile.saturation import VERDICT_ORDER, Observation, SaturationJudge
+from kvwatch.records import (
+    ErrorRecord,
+    FactRecord,
+    LogRecord,
+    LogTime,
+    PreemptionRecord,
+    PrefixHitRecord,
+    RunStartRecord,
+    StatsRecord,
+)
+
+SCHEMA = "kvwatch.analyze/1"
+MAX_ERRORS = 200  # errors kept in the document; more are counted in errors_total
+MAX_EPISODES = 200  # memory-bound episodes kept with their times; all are counted in seconds/records
+NOMINAL_INTERVAL_S = 10.0  # V1's stats interval, the time base when a log has no timestamps
+
+STATS_LAST_KEYS = (
+    "engine", "running", "waiting", "swapped", "deferred", "preemptions", "kv_usage_pct",
+    "cpu_kv_usage_pct", "prefix_hit_pct", "external_prefix_hit_pct", "prompt_tps", "gen_tps",
+)
+CAPACITY_KEYS = (
+    "device", "gpu_blocks", "cpu_blocks", "block_size", "kv_cache_tokens", "kv_cache_memory_gib", "weights_gib",
+)
+CONFIG_KEYS = (
+    "vllm_version", "model", "served_model_name", "dtype", "kv_cache_dtype", "max_seq_len", "block_size",
+    "gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+    "enable_prefix_caching", "quantization", "max_num_seqs", "max_num_batched_tokens",
+)
+
+
+def levers_hook(doc: dict[str, Any], model: str | None) -> list[Any]:
+    """What could be changed to fix the diagnosis (CONTRACTS: "levers as in the capacity issue").
+
+    A placeholder returning ``[]``: the capacity engineer fills it from ``doc`` (facts and
+    saturation) and ``model`` (a model name or config.json path from ``--model``/``--model-config``).
+    """
+    del doc, model
+    return []
+
+
+def _iso(ts: LogTime | None) -> str | None:
+    return ts.iso() if ts is not None else None
+
+
+class _Sustained:
+    """``saturation.verdict`` computed incrementally (same rules, constant memory)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.prev: str | None = None
+        self.first: str | None = None
+        self.sustained: set[str] = set()
+
+    def add(self, state: str) -> None:
+        if self.prev == state:
+            self.sustained.add(state)
+        if self.count == 0:
+            self.first = state
+        self.prev = state
+        self.count += 1
+
+    def verdict(self) -> str:
+        if self.count == 0:
+            return "unknown"
+        sustained = self.sustained or ({self.prev} if self.count == 1 and self.prev else set())
+        for state in VERDICT_ORDER:
+            if state in sustained:
+                return state
+        return self.prev or "unknown"
+
+
+@dataclass
+class _Episode:
+    engine: int | None
+    source: str | None
+    start: LogTime | None
+    end: LogTime | None
+    peak_waiting: int = 0
+    peak_kv_usage_pct: float | None = None
+    records: int = 0
+
+
+@dataclass
+class _EngineState:
+    """Saturation bookkeeping of one (input, engine)."""
+
+    judge: SaturationJudge
+    verdict: _Sustained = field(default_factory=_Sustained)
+    index: int = 0
+    episode: _Episode | None = None
+    count: int = 0
+    max_running: int | None = None
+    max_waiting: int | None = None
+    max_kv: float | None = None
+    last_state: str | None = None
+
+
+def _max(a: Any, b: Any) -> Any:
+    if b is None:
+        return a
+    return b if a is None or b > a else a
+
+
+class Analysis:
+    """Folds log records, in input order, into the analyze document."""
+
+    def __init__(self, *, window_seconds: float | None = None, threshold: float | None = None) -> None:
+        self.inputs: list[dict[str, Any]] = []
+        self.runs = 0
+        self._run_open: dict[str | None, bool] = {}
+        self.stats_count = 0
+        self.last: StatsRecord | None = None
+        self.max_running: int | None = None
+        self.max_waiting: int | None = None
+        self.max_kv: float | None = None
+        self.first_ts: LogTime | None = None
+        self.last_ts: LogTime | None = None
+        self.warnings = 0
+        self.max_cumulative: int | None = None
+        self.from_stats = 0
+        self.facts: dict[str, Any] = {}
+        self.errors: list[dict[str, Any]] = []
+        self.errors_total = 0
+        self.prefix_hit_v0: PrefixHitRecord | None = None
+        self.records_total = 0
+        self._engines: dict[tuple[str | None, int | None], _EngineState] = {}
+        self._pending_preemptions: dict[str | None, int] = {}
+        self.episodes: list[_Episode] = []
+        self.episodes_total = 0
+        self.mb_seconds = 0.0
+        self.mb_seconds_known = True
+        self.mb_records = 0
+        # The memory-bound record with the highest KV usage: the numbers behind the summary.
+        self.worst: StatsRecord | None = None
+        self.worst_pool: int | None = None
+        self._window = window_seconds
+        self._threshold = threshold
+
+    # ---- input -------------------------------------------------------------------------------
+    def add_input(self, path: str, lines: int, nbytes: int) -> None:
+        """Record one input's size (``inputs`` of the document)."""
+        self.inputs.append({"path": path, "lines": lines, "bytes": nbytes})
+
+    def add(self, records: Iterable[LogRecord], source: str | None = None) -> None:
+        """Fold records of one input, in order."""
+        for rec in records:
+            self.records_total += 1
+            if isinstance(rec, StatsRecord):
+                self._stats(rec, source)
+            elif isinstance(rec, FactRecord):
+                self.facts[rec.field] = rec.value
+                self._open_run(source)
+            elif isinstance(rec, RunStartRecord):
+                self.runs += 1
+                self._run_open[source] = True
+            elif isinstance(rec, PreemptionRecord):
+                self._open_run(source)
+                self.warnings += 1
+                self._pending_preemptions[source] = self._pending_preemptions.get(source, 0) + 1
+                self.max_cumulative = _max(self.max_cumulative, rec.cumulative)
+            elif isinstance(rec, ErrorRecord):
+                self._open_run(source)
+                self._error(rec, source)
+            elif isinstance(rec, PrefixHitRecord):
+                self.prefix_hit_v0 = rec
+
+    def _open_run(self, source: str | None) -> None:
+        # A log with no startup block is one run; RunStartRecords add the later ones.
+        if not self._run_open.get(source):
+            self._run_open[source] = True
+            self.runs += 1
+
+    def _error(self, rec: ErrorRecord, source: str | None) -> None:
+        self.errors_total += 1
+        if self.errors and self.errors[-1]["kind"] == rec.kind and self.errors[-1]["message"] == rec.message:
+            return  # the same error repeated by a traceback chain or by every worker
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(
+                {"kind": rec.kind, "line": rec.line, "message": rec.message, "ts": _iso(rec.ts), "source": source}
+            )
+
+    def _stats(self, rec: StatsRecord, source: str | None) -> None:
+        self._open_run(source)
+        self.stats_count += 1
+        self.last = rec
+        self.max_running = _max(self.max_running, rec.running)
+        self.max_waiting = _max(self.max_waiting, rec.waiting)
+        self.max_kv = _max(self.max_kv, rec.kv_usage_pct)
+        if rec.ts is not None:
+            self.first_ts = self.first_ts or rec.ts
+            self.last_ts = rec.ts
+        self.from_stats += rec.preemptions or 0
+        self._saturation(rec, source)
+
+    def _saturation(self, rec: StatsRecord, source: str | None) -> None:
+        key = (source, rec.engine)
+        state = self._engines.get(key)
+        max_num_seqs = self.facts.get("config.max_num_seqs")
+        max_num_seqs = max_num_seqs if isinstance(max_num_seqs, int) else None
+        if state is None:
+            judge = SaturationJudge(max_num_seqs=max_num_seqs)
+            if self._window is not None:
+                judge.window_seconds = self._window
+            if self._threshold is not None:
+                judge.threshold = self._threshold
+            state = self._engines[key] = _EngineState(judge)
+        state.judge.max_num_seqs = max_num_seqs
+        if rec.ts is not None:
+            t = rec.ts.seconds()
+        else:
+            t = state.index * NOMINAL_INTERVAL_S
+            self.mb_seconds_known = False
+        state.index += 1
+        preempted = (rec.preemptions or 0) + self._pending_preemptions.pop(source, 0)
+        kv = rec.kv_usage_pct / 100.0 if rec.kv_usage_pct is not None else None
+        verdict_state = state.judge.observe(Observation(t, rec.running, rec.waiting, kv, float(preempted)))
+        state.verdict.add(verdict_state)
+        state.count += 1
+        state.last_state = verdict_state
+        state.max_running = _max(state.max_running, rec.running)
+        state.max_waiting = _max(state.max_waiting, rec.waiting)
+        state.max_kv = _max(state.max_kv, rec.kv_usage_pct)
+        ep = state.episode
+        if verdict_state == "memory_bound":
+            self.mb_records += 1
+            if ep is None:
+                ep = state.episode = _Episode(rec.engine, source, rec.ts, rec.ts)
+                self.episodes_total += 1
+                if len(self.episodes) < MAX_EPISODES:
+                    self.episodes.append(ep)
+            else:
+                self._close_interval(ep, rec.ts)
+            ep.records += 1
+            ep.peak_waiting = max(ep.peak_waiting, rec.waiting or 0)
+            ep.peak_kv_usage_pct = _max(ep.peak_kv_usage_pct, rec.kv_usage_pct)
+            if self.worst is None or (rec.kv_usage_pct or 0, rec.waiting or 0) > (
+                self.worst.kv_usage_pct or 0,
+                self.worst.waiting or 0,
+            ):
+                self.worst = rec
+                pool = self.facts.get("capacity.kv_cache_tokens")
+                self.worst_pool = pool if isinstance(pool, int) else None
+        elif ep is not None:
+            # The episode lasts until the record that shows it over.
+            self._close_interval(ep, rec.ts)
+            state.episode = None
+
+    def _close_interval(self, ep: _Episode, ts: LogTime | None) -> None:
+        if ts is not None and ep.end is not None:
+            self.mb_seconds += max(0.0, ts.seconds() - ep.end.seconds())
+        ep.end = ts
+
+    # ---- output ------------------------------------------------------------------------------
+    def verdict(self) -> str:
+        """The first of VERDICT_ORDER any engine shows for a sustained stretch; ``unknown``."""
+        verdicts = {s.verdict.verdict() for s in self._engines.values()}
+        for state in VERDICT_ORDER:
+            if state in verdicts:
+                return state
+        return "unknown"
+
+    def _fact(self, name: str) -> Any:
+        return self.facts.get(name)
+
+    def summary(self, verdict: str) -> str:
+        """One plain sentence with the numbers behind the verdict."""
+        pool = self._fact("capacity.kv_cache_tokens")
+        if verdict == "memory_bound" and self.worst is not None:
+            w = self.worst
+            kv = w.kv_usage_pct or 0.0
+            text = f"memory-bound: {w.running} running, {w.waiting} waiting at {kv:.1f} % KV usage"
+            pool_at = self.worst_pool or (pool if isinstance(pool, int) else None)
+            if pool_at and w.running:
+                per_request = pool_at * kv / 100.0 / w.running
+                if per_request > 0:
+                    fits = pool_at / per_request
+                    text += (
+                        f"; the {pool_at:,}-token pool holds about {fits:.1f} requests of ~{per_request:,.0f} tokens"
+                    )
+            return text
+        if verdict == "unknown":
+            if self.errors:
+                e = self.errors[0]
+                return f"no stats records; the log shows a {e['kind']} error at line {e['line']}"
+            return "no stats records: the log does not show how the server was loaded"
+        peak = f"{self.max_kv:.1f} %" if self.max_kv is not None else "unknown"
+        if verdict == "seq_bound":
+            return (
+                f"seq-bound: up to {self.max_running} running (max_num_seqs {self._fact('config.max_num_seqs')}), "
+                f"up to {self.max_waiting} waiting; KV usage peaked at {peak}"
+            )
+        if verdict == "queued":
+            return (
+                f"queued: up to {self.max_waiting} waiting while KV usage peaked at only {peak}; "
+                "the queue is not explained by KV memory"
+            )
+        if verdict == "preempting":
+            n = self.warnings + self.from_stats
+            return f"preempting: {n} preemption records; KV usage peaked at {peak}"
+        if verdict == "ok":
+            return f"ok: up to {self.max_running} running and nothing waiting for long; KV usage peaked at {peak}"
+        return f"idle: nothing ran or waited in {self.stats_count} stats records"
+
+    def document(self, model: str | None = None) -> dict[str, Any]:
+        """The ``kvwatch.analyze/1`` document: every key present, null when not stated."""
+        last = self.last
+        last_doc: dict[str, Any] | None = None
+        if last is not None:
+            last_doc = {k: getattr(last, k) for k in STATS_LAST_KEYS}
+            last_doc.update(
+                ts=_iso(last.ts), line=last.line, device=last.device, source=last.source,
+                engines_aggregated=last.engines_aggregated, mm_cache_hit_pct=last.mm_cache_hit_pct,
+            )
+        else:
+            last_doc = dict.fromkeys(STATS_LAST_KEYS)
+        capacity: dict[str, Any] = {k: self._fact(f"capacity.{k}") for k in CAPACITY_KEYS}
+        capacity["max_concurrency"] = {
+            "tokens_per_request": self._fact("capacity.max_concurrency.tokens_per_request"),
+            "ratio": self._fact("capacity.max_concurrency.ratio"),
+        }
+        config = {k: self._fact(f"config.{k}") for k in CONFIG_KEYS}
+        verdict = self.verdict()
+        engines = [
+            {
+                "source": src, "engine": eng, "count": st.count, "max_running": st.max_running,
+                "max_waiting": st.max_waiting, "max_kv_usage_pct": st.max_kv, "verdict": st.verdict.verdict(),
+                "last_state": st.last_state,
+            }
+            for (src, eng), st in self._engines.items()
+        ]
+        doc: dict[str, Any] = {
+            "schema": SCHEMA,
+            "inputs": self.inputs,
+            "runs": max(self.runs, 1),
+            "stats": {
+                "count": self.stats_count,
+                "last": last_doc,
+                "max": {"running": self.max_running, "waiting": self.max_waiting, "kv_usage_pct": self.max_kv},
+                "first_ts": _iso(self.first_ts),
+                "last_ts": _iso(self.last_ts),
+                "engines": engines,
+                "prefix_cache_hit_v0": (
+                    {"gpu_pct": self.prefix_hit_v0.gpu_pct, "cpu_pct": self.prefix_hit_v0.cpu_pct}
+                    if self.prefix_hit_v0
+                    else None
+                ),
+            },
+            "preemptions": {
+                "warnings": self.warnings,
+                "max_cumulative": self.max_cumulative,
+                "from_stats": self.from_stats,
+            },
+            "capacity": capacity,
+            "config": config,
+            "errors": self.errors,
+            "errors_total": self.errors_total,
+            "saturation": {
+                "memory_bound_seconds": (
+                    round(self.mb_seconds, 3) if self.mb_seconds_known or not self.mb_records else None
+                ),
+                "memory_bound_records": self.mb_records,
+                "episodes": [
+                    {
+                        "start_ts": _iso(e.start), "end_ts": _iso(e.end), "peak_waiting": e.peak_waiting,
+                        "peak_kv_usage_pct": e.peak_kv_usage_pct, "engine": e.engine, "source": e.source,
+                        "records": e.records,
+                    }
+                    for e in self.episodes
+                ],
+                "episodes_total": self.episodes_total,
+            },
+            "diagnosis": {"verdict": verdict, "summary": self.summary(verdict), "levers": []},
+            "records_total": self.records_total,
+        }
+        doc["diagnosis"]["levers"] = levers_hook(doc, model)
+        return doc
+
+
+def analyze_paths(
+    paths: list[str],
+    *,
+    model: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    jobs: int | None = None,
+) -> dict[str, Any]:
+    """The analyze document for saved vLLM logs (plain, ``.gz`` or ``-`` for stdin), in order.
+
+    ``model`` (a name or a config.json path) goes to ``levers_hook``. ``progress`` is called with
+    the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
+    """
+    from kvwatch.sources.files import open_logs  # local: keep this module importable without I/O
+
+    analysis = Analysis()
+    for log in open_logs(paths, progress=progress, jobs=jobs):
+        source = log.path if len(paths) > 1 else None
+        for batch in log.batches():
+            analysis.add(batch, source=source)
+        analysis.add_input(log.path, log.lines, log.bytes)
+    return analysis.document(model)
