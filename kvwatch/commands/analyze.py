@@ -86,8 +86,12 @@ def _run(paths: list[str], model: str | None, jobs: int | None) -> dict[str, Any
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     with Progress(
-        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), transient=True,
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
     ) as bar:
         task = bar.add_task("reading logs", total=total)
         return analyze_paths(paths, model=model, jobs=jobs, progress=lambda n: bar.advance(task, n))

@@ -40,8 +40,10 @@ def _server_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         ("model", _n(model) + (f" ({cfg['model']})" if cfg["model"] and cfg["model"] != model else "")),
         ("vLLM", _n(cfg["vllm_version"])),
-        ("device", f"{_n(cap['device'])}, TP {_n(cfg['tensor_parallel_size'])}, "
-                   f"PP {_n(cfg['pipeline_parallel_size'])}"),
+        (
+            "device",
+            f"{_n(cap['device'])}, TP {_n(cfg['tensor_parallel_size'])}, PP {_n(cfg['pipeline_parallel_size'])}",
+        ),
         ("KV pool", pool),
         ("block size", _n(cap["block_size"] or cfg["block_size"])),
         ("max concurrency", conc),
@@ -60,30 +62,49 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("stats records", f"{st['count']:,} ({span})"))
         mx = st["max"]
         rows.append(
-            ("peaks", f"{_n(mx['running'])} running, {_n(mx['waiting'])} waiting, "
-             f"{_n(mx['kv_usage_pct'], ' %', 1)} KV usage")
+            (
+                "peaks",
+                f"{_n(mx['running'])} running, {_n(mx['waiting'])} waiting, {_n(mx['kv_usage_pct'], ' %', 1)} KV usage",
+            )
         )
         last = st["last"]
         rows.append(
-            ("last record", f"{_n(last['running'])} running, {_n(last['waiting'])} waiting, "
-             f"{_n(last['kv_usage_pct'], ' %', 1)} KV usage")
+            (
+                "last record",
+                f"{_n(last['running'])} running, {_n(last['waiting'])} waiting, "
+                f"{_n(last['kv_usage_pct'], ' %', 1)} KV usage",
+            )
         )
         if len(st.get("engines", [])) > 1:
             for e in st["engines"]:
                 name = f"engine {e['engine']}" + (f" of {e['source']}" if e["source"] else "")
-                rows.append((name, f"{e['verdict']}: peaks {_n(e['max_running'])} running, "
-                             f"{_n(e['max_waiting'])} waiting, {_n(e['max_kv_usage_pct'], ' %', 1)}"))
+                rows.append(
+                    (
+                        name,
+                        f"{e['verdict']}: peaks {_n(e['max_running'])} running, "
+                        f"{_n(e['max_waiting'])} waiting, {_n(e['max_kv_usage_pct'], ' %', 1)}",
+                    )
+                )
     else:
         rows.append(("stats records", "none"))
     if sat["memory_bound_records"]:
         secs = sat["memory_bound_seconds"]
         rows.append(
-            ("memory-bound", f"{sat['memory_bound_records']} records"
-             + (f", {secs:,.0f} s" if secs is not None else "") + f" in {sat['episodes_total']} episode(s)")
+            (
+                "memory-bound",
+                f"{sat['memory_bound_records']} records"
+                + (f", {secs:,.0f} s" if secs is not None else "")
+                + f" in {sat['episodes_total']} episode(s)",
+            )
         )
         for ep in sat["episodes"][:10]:
-            rows.append(("  episode", f"{ep['start_ts']} .. {ep['end_ts']}: up to {ep['peak_waiting']} waiting, "
-                         f"KV {_n(ep['peak_kv_usage_pct'], ' %', 1)}"))
+            rows.append(
+                (
+                    "  episode",
+                    f"{ep['start_ts']} .. {ep['end_ts']}: up to {ep['peak_waiting']} waiting, "
+                    f"KV {_n(ep['peak_kv_usage_pct'], ' %', 1)}",
+                )
+            )
     preempt = f"{pre['warnings']} V0 warnings"
     if pre["max_cumulative"] is not None:
         preempt += f" (cumulative {pre['max_cumulative']:,})"

@@ -106,8 +106,14 @@ def _device(word: str) -> str:
 
 
 _STRING_FIELDS = frozenset(
-    ("config.vllm_version", "config.model", "config.served_model_name", "config.dtype", "config.kv_cache_dtype",
-     "config.quantization")
+    (
+        "config.vllm_version",
+        "config.model",
+        "config.served_model_name",
+        "config.dtype",
+        "config.kv_cache_dtype",
+        "config.quantization",
+    )
 )
 
 

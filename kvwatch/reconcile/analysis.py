@@ -33,16 +33,44 @@ MAX_EPISODES = 200  # memory-bound episodes kept with their times; all are count
 NOMINAL_INTERVAL_S = 10.0  # V1's stats interval, the time base when a log has no timestamps
 
 STATS_LAST_KEYS = (
-    "engine", "running", "waiting", "swapped", "deferred", "preemptions", "kv_usage_pct",
-    "cpu_kv_usage_pct", "prefix_hit_pct", "external_prefix_hit_pct", "prompt_tps", "gen_tps",
+    "engine",
+    "running",
+    "waiting",
+    "swapped",
+    "deferred",
+    "preemptions",
+    "kv_usage_pct",
+    "cpu_kv_usage_pct",
+    "prefix_hit_pct",
+    "external_prefix_hit_pct",
+    "prompt_tps",
+    "gen_tps",
 )
 CAPACITY_KEYS = (
-    "device", "gpu_blocks", "cpu_blocks", "block_size", "kv_cache_tokens", "kv_cache_memory_gib", "weights_gib",
+    "device",
+    "gpu_blocks",
+    "cpu_blocks",
+    "block_size",
+    "kv_cache_tokens",
+    "kv_cache_memory_gib",
+    "weights_gib",
 )
 CONFIG_KEYS = (
-    "vllm_version", "model", "served_model_name", "dtype", "kv_cache_dtype", "max_seq_len", "block_size",
-    "gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-    "enable_prefix_caching", "quantization", "max_num_seqs", "max_num_batched_tokens",
+    "vllm_version",
+    "model",
+    "served_model_name",
+    "dtype",
+    "kv_cache_dtype",
+    "max_seq_len",
+    "block_size",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "enable_prefix_caching",
+    "quantization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
 )
 
 
@@ -326,8 +354,12 @@ class Analysis:
         if last is not None:
             last_doc = {k: getattr(last, k) for k in STATS_LAST_KEYS}
             last_doc.update(
-                ts=_iso(last.ts), line=last.line, device=last.device, source=last.source,
-                engines_aggregated=last.engines_aggregated, mm_cache_hit_pct=last.mm_cache_hit_pct,
+                ts=_iso(last.ts),
+                line=last.line,
+                device=last.device,
+                source=last.source,
+                engines_aggregated=last.engines_aggregated,
+                mm_cache_hit_pct=last.mm_cache_hit_pct,
             )
         else:
             last_doc = dict.fromkeys(STATS_LAST_KEYS)
@@ -340,8 +372,13 @@ class Analysis:
         verdict = self.verdict()
         engines = [
             {
-                "source": src, "engine": eng, "count": st.count, "max_running": st.max_running,
-                "max_waiting": st.max_waiting, "max_kv_usage_pct": st.max_kv, "verdict": st.verdict.verdict(),
+                "source": src,
+                "engine": eng,
+                "count": st.count,
+                "max_running": st.max_running,
+                "max_waiting": st.max_waiting,
+                "max_kv_usage_pct": st.max_kv,
+                "verdict": st.verdict.verdict(),
                 "last_state": st.last_state,
             }
             for (src, eng), st in self._engines.items()
@@ -379,8 +416,12 @@ class Analysis:
                 "memory_bound_records": self.mb_records,
                 "episodes": [
                     {
-                        "start_ts": _iso(e.start), "end_ts": _iso(e.end), "peak_waiting": e.peak_waiting,
-                        "peak_kv_usage_pct": e.peak_kv_usage_pct, "engine": e.engine, "source": e.source,
+                        "start_ts": _iso(e.start),
+                        "end_ts": _iso(e.end),
+                        "peak_waiting": e.peak_waiting,
+                        "peak_kv_usage_pct": e.peak_kv_usage_pct,
+                        "engine": e.engine,
+                        "source": e.source,
                         "records": e.records,
                     }
                     for e in self.episodes
