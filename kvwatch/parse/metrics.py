@@ -228,7 +228,8 @@ def repair_exposition(text: str) -> list[RepairedLine]:
         if len(line) > 1 and line.startswith("`") and line.endswith("`"):
             line = line.strip("`").strip()
         meta = _BARE_META.match(line)
-        if meta and not line.startswith("# "):
+        # a bare "HELP word ..." is prose unless the word looks like a metric name (has _ or :)
+        if meta and not line.startswith("# ") and re.search(r"[_:]", meta.group(2)):
             keyword, name, rest = meta.group(1), meta.group(2), (meta.group(3) or "").strip()
             if keyword == "TYPE" and rest not in _TYPE_WORDS:
                 out.append(RepairedLine(number, "", "TYPE line without a known metric type"))
