@@ -28,11 +28,10 @@ from kvwatch.reconcile.capacity import (
     Deployment,
     LeverRow,
     RequestShape,
-    blocks_range_from_gib,
+    check_against_log,
     deployment_from_analysis,
     estimate,
     levers,
-    max_concurrency_at_max_model_len,
 )
 from kvwatch.reconcile.fleet import DEFAULT_SENSITIVITY, FleetPlan, plan_fleet
 
@@ -78,44 +77,6 @@ def _analyze(path: str) -> dict[str, Any]:
         raise UsageError("--from-log needs the analyze reader, which this build lacks; use --kv-cache-gib") from None
     doc: dict[str, Any] = analyze_paths([path])
     return doc
-
-
-def _observed(doc: dict[str, Any], arch: Architecture, dep: Deployment, est: CapacityEstimate) -> dict[str, Any]:
-    """What vLLM printed next to what kvwatch predicts from vLLM's own KV-memory figure."""
-    cap = doc.get("capacity") or {}
-    gib = cap.get("kv_cache_memory_gib")
-    printed_blocks = cap.get("gpu_blocks")
-    printed_tokens = cap.get("kv_cache_tokens")
-    conc = cap.get("max_concurrency") or {}
-    printed_ratio = conc.get("ratio")
-    layout = est.layout
-    if printed_blocks is None and printed_tokens is not None and layout.uniform:
-        printed_blocks = printed_tokens // layout.block_size
-    out: dict[str, Any] = {
-        "kv_cache_memory_gib": gib,
-        "gpu_blocks": cap.get("gpu_blocks"),
-        "kv_cache_tokens": printed_tokens,
-        "max_concurrency": printed_ratio,
-        "tokens_per_request": conc.get("tokens_per_request"),
-        "predicted_blocks_range": None,
-        "pool_within_one_block": None,
-        "predicted_max_concurrency": None,
-        "max_concurrency_matches": None,
-    }
-    if isinstance(gib, (int, float)) and not isinstance(gib, bool):
-        low, high = blocks_range_from_gib(layout, float(gib))
-        out["predicted_blocks_range"] = [low, high]
-        if isinstance(printed_blocks, int):
-            out["pool_within_one_block"] = low - 1 <= printed_blocks <= high + 1
-    max_len = conc.get("tokens_per_request") or est.max_model_len
-    if isinstance(printed_blocks, int) and isinstance(max_len, int) and max_len > 0:
-        predicted = max_concurrency_at_max_model_len(
-            layout, printed_blocks, max_len, dep.max_num_batched_tokens, dep.vllm_version
-        )
-        out["predicted_max_concurrency"] = round(predicted, 2)
-        if isinstance(printed_ratio, (int, float)):
-            out["max_concurrency_matches"] = round(predicted, 2) == round(float(printed_ratio), 2)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +304,7 @@ def capacity(
     est = estimate(arch, dep)
     doc = capacity_document(arch, dep, est, levers(arch, dep))
     if doc_log is not None:
-        doc["observed"] = _observed(doc_log, arch, dep, est)
+        doc["observed"] = check_against_log(doc_log, arch, dep)
     if output_format is Format.json:
         typer.echo(json.dumps(doc, indent=2))
     else:

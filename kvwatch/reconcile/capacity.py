@@ -754,6 +754,103 @@ def levers_for_analysis(doc: Mapping[str, Any], arch: Architecture | None) -> li
     return [r.as_dict() for r in rows]
 
 
+def _nest(facts: Mapping[str, Any]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for key, value in facts.items():
+        node = doc
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return doc
+
+
+def expected_from_facts(arch: Architecture, facts: Mapping[str, Any], **overrides: Any) -> CapacityEstimate:
+    """The config.json expectation under what the log says so far (for the sidecar).
+
+    ``facts`` are analyze-document paths -> values (``"capacity.kv_cache_memory_gib": 54.71``,
+    ``"config.tensor_parallel_size": 2``, ...). The pool is *predicted* from vLLM's KV-memory figure
+    when the log states one (so observed/expected compares vLLM's block count with kvwatch's),
+    else taken from the printed blocks/tokens. ``overrides`` replace Deployment fields (flags).
+    """
+    doc = _nest(facts)
+    dep = deployment_from_analysis(doc, arch)
+    gib = _num(doc, "capacity", "kv_cache_memory_gib")
+    if _is_num(gib):
+        dep = replace(dep, pool_blocks=None, pool_tokens=None, pool_bytes=int(float(gib) * GIB))
+    return estimate(arch, replace(dep, **overrides) if overrides else dep)
+
+
+def check_against_log(doc: Mapping[str, Any], arch: Architecture, dep: Deployment | None = None) -> dict[str, Any]:
+    """vLLM's printed pool and concurrency next to kvwatch's prediction (issue 3, §7.5).
+
+    The pool is predicted from vLLM's own "KV cache memory" figure; since the printed GiB is
+    rounded to 0.01, the prediction is a block range, and it matches when the printed block count
+    lies within one block of that range. The concurrency at max_model_len is predicted from the
+    printed block count with vLLM's formula and matches when equal to 2 decimals. A
+    --num-gpu-blocks-override replaces the computed pool, so the printed pool is then not vLLM's
+    computed one (``capacity.computed_gpu_blocks``, when the reader provides it, is used instead).
+    """
+    dep = dep or deployment_from_analysis(doc, arch)
+    layout = kv_layout(arch, kv_cache_dtype=dep.kv_cache_dtype, tp=dep.tp, pp=dep.pp, block_size=dep.block_size)
+    gib = _num(doc, "capacity", "kv_cache_memory_gib")
+    printed_blocks = _int_or_none(_num(doc, "capacity", "gpu_blocks"))
+    computed_blocks = _int_or_none(_num(doc, "capacity", "computed_gpu_blocks"))
+    printed_tokens = _int_or_none(_num(doc, "capacity", "kv_cache_tokens"))
+    ratio = _num(doc, "capacity", "max_concurrency", "ratio")
+    max_len = _int_or_none(_num(doc, "capacity", "max_concurrency", "tokens_per_request")) or dep.max_model_len
+    if printed_blocks is None and printed_tokens is not None and layout.uniform:
+        printed_blocks = printed_tokens // layout.block_size
+    out: dict[str, Any] = {
+        "kv_cache_memory_gib": gib,
+        "gpu_blocks": printed_blocks,
+        "computed_gpu_blocks": computed_blocks,
+        "kv_cache_tokens": printed_tokens,
+        "block_size": layout.block_size,
+        "max_concurrency": ratio,
+        "tokens_per_request": max_len,
+        "predicted_blocks_range": None,
+        "pool_within_one_block": None,
+        "predicted_max_concurrency": None,
+        "max_concurrency_matches": None,
+    }
+    if _is_num(gib):
+        low, high = blocks_range_from_gib(layout, float(gib))
+        out["predicted_blocks_range"] = [low, high]
+        against = computed_blocks if computed_blocks is not None else printed_blocks
+        if against is not None:
+            out["pool_within_one_block"] = low - 1 <= against <= high + 1
+    if printed_blocks is not None and max_len:
+        predicted = max_concurrency_at_max_model_len(
+            layout, printed_blocks, max_len, dep.max_num_batched_tokens, dep.vllm_version
+        )
+        out["predicted_max_concurrency"] = round(predicted, 2)
+        if _is_num(ratio):
+            out["max_concurrency_matches"] = round(predicted, 2) == round(float(ratio), 2)
+    return out
+
+
+def analysis_levers(doc: Mapping[str, Any], model: str | None) -> list[dict[str, Any]]:
+    """``kvwatch analyze``'s diagnosis levers: the model from ``--model`` or else the log.
+
+    A ``--model`` that cannot be resolved is the user's error (UsageError); a model name from the
+    log that kvwatch does not know falls back to the observed bytes/token.
+    """
+    arch: Architecture | None = None
+    if model:
+        arch = resolve_model(model)
+    else:
+        for key in ("model", "served_model_name"):
+            name = _num(doc, "config", key)
+            if isinstance(name, str) and name:
+                try:
+                    arch = resolve_model(name)
+                    break
+                except UsageError:
+                    continue
+    return levers_for_analysis(doc, arch)
+
+
 __all__ = [
     "GIB",
     "CapacityEstimate",
@@ -761,9 +858,12 @@ __all__ = [
     "KvLayout",
     "LeverRow",
     "RequestShape",
+    "analysis_levers",
     "blocks_range_from_gib",
+    "check_against_log",
     "estimate",
     "expected_capacity",
+    "expected_from_facts",
     "kv_bytes_per_token",
     "kv_layout",
     "levers",

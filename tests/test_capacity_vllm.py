@@ -1,0 +1,100 @@
+"""kvwatch's predicted pool and concurrency against what real vLLM runs printed (issue 3).
+
+The pool is predicted from vLLM's own KV-memory line, rounded to 0.01 GiB, so it is a block range
+(vllm-formats.md §7.5): the printed pool must lie within one block of it. The concurrency at
+max_model_len is predicted from the printed blocks and must equal vLLM's to 2 decimals.
+benchmarks/capacity_vs_vllm.py prints the same comparison as a table.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvwatch.reconcile import catalogue
+from kvwatch.reconcile.analysis import analyze_paths
+from kvwatch.reconcile.architecture import resolve_model
+from kvwatch.reconcile.capacity import GIB, blocks_range_from_gib, check_against_log, expected_capacity, kv_layout
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+REAL_LOGS = sorted((FIX / "real" / "logs").glob("*.log"))
+OVERRIDE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=\d+")
+
+
+@pytest.mark.parametrize(
+    ("log", "model", "computed_blocks", "ratio"),
+    [
+        (FIX / "vllm-cpu" / "server.log", FIX / "vllm-cpu" / "tiny-llama", 32_768, 2.00),
+        (FIX / "vllm-cpu-seed" / "server.log", FIX / "vllm-cpu-seed" / "seedllama", 32_768, 4.44),
+    ],
+    ids=["tiny_llama_cpu_run", "seedllama_cpu_run"],
+)
+def test_real_vllm_cpu_runs_match_within_one_block_and_to_two_decimals(
+    log: Path, model: Path, computed_blocks: int, ratio: float
+) -> None:
+    doc = analyze_paths([str(log)])
+    text = log.read_text(encoding="utf-8", errors="replace")
+    found = OVERRIDE.search(text)
+    assert found is not None
+    assert int(found.group(1)) == computed_blocks  # what vLLM computed from 1 GiB before the override
+    doc["capacity"]["computed_gpu_blocks"] = computed_blocks
+    check = check_against_log(doc, resolve_model(str(model)))
+    assert check["pool_within_one_block"] is True
+    assert check["max_concurrency_matches"] is True
+    assert check["predicted_max_concurrency"] == ratio
+    # and from exactly 1 GiB (VLLM_CPU_KVCACHE_SPACE=1) the prediction is exact
+    est = expected_capacity(resolve_model(str(model)), pool_bytes=GIB, block_size=32)
+    assert est.pool_blocks == computed_blocks
+
+
+def test_real_log_011_llama31_8b_both_runs() -> None:
+    """V0 0.6.4 on an RTX 3090; the thread names meta-llama/Llama-3.1-8B-Instruct."""
+    log = next(p for p in REAL_LOGS if p.name.startswith("011-"))
+    arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    check = check_against_log(analyze_paths([str(log)]), arch)  # the document keeps the last run
+    assert (check["gpu_blocks"], check["pool_within_one_block"], check["max_concurrency_matches"]) == (
+        1478, True, True,
+    )
+    # first run, from the numbers it printed: 3.81 GiB -> 1952 blocks, 1.56x at 20,000
+    low, high = blocks_range_from_gib(kv_layout(arch), 3.81)
+    assert low - 1 <= 1952 <= high + 1
+    est = expected_capacity(arch, pool_blocks=1952, max_model_len=20_000, vllm_version="0.6.4")
+    assert est.max_concurrency_at_max_model_len is not None
+    assert round(est.max_concurrency_at_max_model_len, 2) == 1.56
+
+
+def test_real_log_025_llama3_8b_predicts_the_pool_from_its_memory_line() -> None:
+    """vLLM printed 53.29 GiB for KV at TP 1 but no block count: the prediction is a range."""
+    est = expected_capacity(resolve_model("meta-llama/Meta-Llama-3-8B"), pool_bytes=round(53.29 * GIB))
+    low, high = blocks_range_from_gib(est.layout, 53.29)
+    assert low <= (est.pool_blocks or 0) <= high
+    assert (low, high) == (27_281, 27_287)
+
+
+def _named_with_memory() -> list[Path]:
+    out = []
+    for log in REAL_LOGS:
+        doc = analyze_paths([str(log)])
+        name = doc["config"].get("model") or doc["config"].get("served_model_name")
+        if name and catalogue.find(name) and doc["capacity"].get("kv_cache_memory_gib") is not None:
+            out.append(log)
+    return out
+
+
+NAMED = _named_with_memory()
+
+
+def test_the_real_logs_include_one_that_names_a_catalogue_model_and_its_kv_memory() -> None:
+    assert [p.name[:3] for p in NAMED] == ["025"]
+
+
+@pytest.mark.parametrize("log", NAMED, ids=[p.name[:3] for p in NAMED])
+def test_every_real_log_naming_a_catalogue_model_agrees_with_vllm(log: Path) -> None:
+    doc = analyze_paths([str(log)])
+    arch = resolve_model(doc["config"]["model"])
+    check = check_against_log(doc, arch)
+    assert check["predicted_blocks_range"] is not None
+    assert check["pool_within_one_block"] is not False
+    assert check["max_concurrency_matches"] is not False
