@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import shutil
+import ssl
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -322,3 +325,51 @@ def test_injected_session_is_used(server: FakeVllm) -> None:
     scraper = MetricsScraper(server.url, session=CountingSession(), timeout=TIMEOUT, bearer_token=None, verify=True)
     assert scraper.scrape().ok
     assert calls == [server.url]
+
+
+# --------------------------------------------------------------------------------------------
+# TLS: verification on by default, --insecure, a CA bundle
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[FakeVllm, Path]]:
+    """The fake endpoint behind TLS with a fresh self-signed certificate for 127.0.0.1."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl not installed: needed to make a throwaway certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=30,
+    )
+    srv = FakeVllm()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    srv.socket = context.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
+    yield srv, cert
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_tls_is_verified_by_default(tls_server: tuple[FakeVllm, Path]) -> None:
+    srv, _cert = tls_server
+    url = srv.url.replace("http://", "https://")
+    result = MetricsScraper(url, timeout=2.0, bearer_token=None, verify=True).scrape()
+    assert not result.ok
+    assert result.error is not None
+    assert "TLS verification failed" in result.error
+
+
+@pytest.mark.parametrize("how", ["insecure", "ca_bundle"])
+def test_tls_endpoint_is_read_when_told_how_to_trust_it(tls_server: tuple[FakeVllm, Path], how: str) -> None:
+    srv, cert = tls_server
+    url = srv.url.replace("http://", "https://")
+    verify: bool | str = False if how == "insecure" else str(cert)
+    # warnings are errors in this suite: an InsecureRequestWarning would fail the scrape
+    result = MetricsScraper(url, timeout=2.0, bearer_token="t", verify=verify).scrape()
+    assert result.ok, result.error
+    assert srv.seen_auth == ["Bearer t"]

@@ -55,12 +55,21 @@ def snapshot(
     insecure: Annotated[
         bool, typer.Option("--insecure", help="For https URLs: do not verify the server's TLS certificate.")
     ] = False,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option("--ca-file", show_default=False, help="For https URLs: verify against this CA bundle."),
+    ] = None,
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="For URLs: seconds to wait for the whole answer.")
     ] = 5.0,
 ) -> None:
     """Read one vLLM /metrics exposition (a saved file or a live URL) into a normalised snapshot."""
-    reading, source = load(path_or_url, bearer_token=bearer_token, verify=not insecure, timeout=timeout)
+    verify: bool | str = not insecure
+    if ca_file is not None and not insecure:
+        if not ca_file.is_file():
+            raise UsageError(f"--ca-file {ca_file}: no such file; give a PEM CA bundle, or --insecure")
+        verify = str(ca_file)
+    reading, source = load(path_or_url, bearer_token=bearer_token, verify=verify, timeout=timeout)
     if not reading.vllm_names:
         raise UnusableInput(
             f"{source['input']}: no vLLM metrics in {reading.lines} lines (expected vllm:* series, e.g. "

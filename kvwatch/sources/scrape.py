@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import requests
+import urllib3
 import urllib3.exceptions
 
 from kvwatch.errors import UsageError
@@ -93,6 +94,9 @@ class MetricsScraper:
         self.max_backoff = max(max_backoff, interval)
         self._clock = clock
         self._timer = timer
+        if verify is False:
+            # the user chose not to verify (--insecure): say it once in --help, not on every scrape
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self._session = session or requests.Session()
         self._reader = reader
         self._headers = {"Accept": ACCEPT, "User-Agent": "kvwatch"}
