@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -119,6 +121,7 @@ class Scenario:
         return {
             "mode": self.mode,
             "kvwatch_error": self.kvwatch_error,
+            "vllm_ready_seconds": None if self.vllm_ready_seconds is None else round(self.vllm_ready_seconds, 1),
             "timings_seconds": {k: round(v, 1) for k, v in self.timings.items()},
             "load": None
             if self.load is None
@@ -330,7 +333,14 @@ def scenario(
 ) -> Scenario:
     """One full run of a mode (about 2.5 minutes), shared by the checks below."""
     mode = str(request.param)
-    sc = Scenario(mode=mode, workdir=tmp_path_factory.mktemp(f"e2e-{mode}"))
+    out = os.environ.get("KVWATCH_E2E_OUT")  # keep the logs somewhere pytest will not rotate away
+    if out:
+        workdir = Path(out) / mode
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+    else:
+        workdir = tmp_path_factory.mktemp(f"e2e-{mode}")
+    sc = Scenario(mode=mode, workdir=workdir)
     RUNNERS[mode](sc, vllm_env, tiny_llama_dir)
     err = sc.workdir / "kvwatch.err"
     sc.kvwatch_stderr = err.read_text(errors="replace") if err.exists() else ""
@@ -359,7 +369,18 @@ def test_pool_tokens_from_log_equal_pool_tokens_from_metrics_equal_1024(scenario
 def test_bytes_per_token_from_config_is_1024(scenario: Scenario) -> None:
     _kvwatch_up(scenario)
     samples = scenario.final_kvwatch or scenario.baseline
-    assert values(samples, "kvwatch_kv_bytes_per_token", source="config") == [KV_BYTES_PER_TOKEN]
+    exported = [(lab, v) for n, lab, v in samples if n == "kvwatch_kv_bytes_per_token"]
+    assert values(samples, "kvwatch_kv_bytes_per_token", source="config") == [KV_BYTES_PER_TOKEN], exported
+
+
+def test_observed_bytes_per_token_ignores_the_blocks_override(scenario: Scenario) -> None:
+    """The log's KV memory (1 GiB, VLLM_CPU_KVCACHE_SPACE) was sized for 32,768 blocks before
+    ``--num-gpu-blocks-override 32`` shrank the pool: 1 GiB / 1,024 tokens would claim 1 MiB per
+    token. Where kvwatch exports source=observed, it must be the real 1,024 bytes."""
+    _kvwatch_up(scenario)
+    samples = scenario.final_kvwatch or scenario.baseline
+    observed = values(samples, "kvwatch_kv_bytes_per_token", source="observed")
+    assert observed in ([], [KV_BYTES_PER_TOKEN]), f"kvwatch_kv_bytes_per_token{{source=observed}}: {observed}"
 
 
 def test_load_made_vllm_itself_memory_bound(scenario: Scenario) -> None:
