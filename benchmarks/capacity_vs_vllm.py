@@ -39,7 +39,7 @@ OVERRIDE = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_over
 def compare(log: Path, model: str | None, where: str) -> dict[str, Any] | None:
     """One table row, or None when the log names no known model or states no KV memory."""
     doc = analyze_paths([str(log)])
-    name = model or doc["config"].get("model") or doc["config"].get("served_model_name")
+    name = model or doc["config"].get("model")
     if not name or doc["capacity"].get("kv_cache_memory_gib") is None:
         return None
     try:

@@ -356,3 +356,53 @@ def test_levers_for_analysis_without_a_model_use_observed_bytes_per_token() -> N
 
 def test_levers_for_analysis_with_nothing_known_is_empty() -> None:
     assert levers_for_analysis({"capacity": {}, "config": {}}, None) == []
+
+
+# --- analyze's diagnosis levers (issue 3 item 8) ------------------------------------------------
+
+
+def test_analyze_diagnosis_gains_levers_with_a_model() -> None:
+    from kvwatch.reconcile.analysis import analyze_paths
+
+    log = next((ROOT / "fixtures" / "real" / "logs").glob("011-*.log"))
+    doc = analyze_paths([str(log)], model="meta-llama/Llama-3.1-8B-Instruct")
+    rows = {r["lever"]: r for r in doc["diagnosis"]["levers"]}
+    assert rows["fp8_kv_cache"]["pool_tokens"] == 2 * 1478 * 16
+    assert rows["tensor_parallel_x2"]["kv_bytes_per_token"] == 65_536
+
+
+def test_analyze_takes_the_model_from_the_log_when_known() -> None:
+    from kvwatch.reconcile.analysis import analyze_paths
+
+    log = next((ROOT / "fixtures" / "real" / "logs").glob("025-*.log"))
+    rows = {r["lever"]: r for r in analyze_paths([str(log)])["diagnosis"]["levers"]}
+    assert rows["tensor_parallel_x2"]["kv_bytes_per_token"] == 32_768  # Meta-Llama-3-8B at TP 4
+
+
+def test_a_served_name_that_looks_like_a_catalogue_model_is_not_trusted() -> None:
+    from kvwatch.reconcile.analysis import analyze_paths
+
+    doc = analyze_paths([str(ROOT / "fixtures" / "vllm-cpu-seed" / "server.log")])
+    assert doc["config"]["served_model_name"] == "llama-3.1-8b-sim"
+    rows = {r["lever"]: r for r in doc["diagnosis"]["levers"]}
+    assert rows["tensor_parallel_x2"]["pool_tokens"] is None  # no model: observed bytes/token only
+    assert rows["fp8_kv_cache"]["multiplier"] == pytest.approx(2.0)
+
+
+def test_a_model_name_the_log_contradicts_is_not_trusted() -> None:
+    from kvwatch.reconcile.capacity import model_from_log
+
+    doc = {"config": {"model": "meta-llama/Llama-3.1-8B"},
+           "capacity": {"kv_cache_memory_gib": 1.0, "kv_cache_tokens": 40_960}}
+    assert model_from_log(doc) is None
+    doc["capacity"] = {"kv_cache_memory_gib": 5.0, "kv_cache_tokens": 40_960}
+    arch = model_from_log(doc)
+    assert arch is not None
+    assert arch.name == "meta-llama/Llama-3.1-8B"
+
+
+def test_analyze_with_an_unknown_model_flag_is_a_usage_error() -> None:
+    from kvwatch.reconcile.analysis import analyze_paths
+
+    with pytest.raises(UsageError, match="closest catalogue names"):
+        analyze_paths([str(ROOT / "fixtures" / "vllm-cpu" / "server.log")], model="llama-3.1-7b")

@@ -77,7 +77,7 @@ def _named_with_memory() -> list[Path]:
     out = []
     for log in REAL_LOGS:
         doc = analyze_paths([str(log)])
-        name = doc["config"].get("model") or doc["config"].get("served_model_name")
+        name = doc["config"].get("model")
         if name and catalogue.find(name) and doc["capacity"].get("kv_cache_memory_gib") is not None:
             out.append(log)
     return out

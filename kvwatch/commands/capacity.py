@@ -270,8 +270,7 @@ def capacity(
         doc_log = _analyze(from_log)
         dep = deployment_from_analysis(doc_log)
         if model is None:
-            cfg = doc_log.get("config") or {}
-            model = cfg.get("model") or cfg.get("served_model_name")
+            model = (doc_log.get("config") or {}).get("model")
             if not model:
                 raise UsageError(f"--from-log {from_log}: the log names no model; pass --model")
     if model is None:

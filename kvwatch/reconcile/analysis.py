@@ -77,11 +77,13 @@ CONFIG_KEYS = (
 def levers_hook(doc: dict[str, Any], model: str | None) -> list[Any]:
     """What could be changed to fix the diagnosis (CONTRACTS: "levers as in the capacity issue").
 
-    A placeholder returning ``[]``: the capacity engineer fills it from ``doc`` (facts and
-    saturation) and ``model`` (a model name or config.json path from ``--model``/``--model-config``).
+    Filled by the capacity model (issue 3 item 8) from ``doc`` (the log's pool and config) and
+    ``model`` (a model name or config.json path from ``--model``/``--model-config``, else the
+    model the log names): one row per lever, as ``kvwatch capacity`` prints them.
     """
-    del doc, model
-    return []
+    from kvwatch.reconcile.capacity import analysis_levers  # local: analyze without a model needs none of it
+
+    return analysis_levers(doc, model)
 
 
 def _iso(ts: LogTime | None) -> str | None:

@@ -836,19 +836,36 @@ def analysis_levers(doc: Mapping[str, Any], model: str | None) -> list[dict[str,
     A ``--model`` that cannot be resolved is the user's error (UsageError); a model name from the
     log that kvwatch does not know falls back to the observed bytes/token.
     """
-    arch: Architecture | None = None
-    if model:
-        arch = resolve_model(model)
-    else:
-        for key in ("model", "served_model_name"):
-            name = _num(doc, "config", key)
-            if isinstance(name, str) and name:
-                try:
-                    arch = resolve_model(name)
-                    break
-                except UsageError:
-                    continue
+    arch = resolve_model(model) if model else model_from_log(doc)
     return levers_for_analysis(doc, arch)
+
+
+def model_from_log(doc: Mapping[str, Any]) -> Architecture | None:
+    """The model the log names (``config.model``), if kvwatch knows it and the log agrees.
+
+    Only ``config.model`` counts: a served name is the operator's label (the seed run serves a
+    4-layer model as "llama-3.1-8b-sim"). When the log states both KV memory and pool tokens and
+    their ratio is not within 2x of the model's bytes/token, the name is not trusted.
+    """
+    name = _num(doc, "config", "model")
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        arch = resolve_model(name)
+    except UsageError:
+        return None
+    gib = _num(doc, "capacity", "kv_cache_memory_gib")
+    tokens = _int_or_none(_num(doc, "capacity", "kv_cache_tokens"))
+    if _is_num(gib) and tokens:
+        dep = deployment_from_analysis(doc, arch)
+        try:
+            expected = kv_bytes_per_token(arch, kv_cache_dtype=dep.kv_cache_dtype, tp=dep.tp, pp=dep.pp)
+        except UsageError:
+            return None
+        observed = float(gib) * GIB / tokens
+        if not 0.5 <= observed / expected <= 2.0:
+            return None
+    return arch
 
 
 __all__ = [
@@ -868,5 +885,6 @@ __all__ = [
     "kv_layout",
     "levers",
     "levers_for_analysis",
+    "model_from_log",
     "resolve_model",
 ]
