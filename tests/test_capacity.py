@@ -406,3 +406,26 @@ def test_analyze_with_an_unknown_model_flag_is_a_usage_error() -> None:
 
     with pytest.raises(UsageError, match="closest catalogue names"):
         analyze_paths([str(ROOT / "fixtures" / "vllm-cpu" / "server.log")], model="llama-3.1-7b")
+
+
+@pytest.mark.parametrize(
+    ("quantization", "int4_changes", "fp8_changes"),
+    [(None, True, True), ("awq", False, False), ("gptq_marlin", False, False), ("fp8", True, False)],
+    ids=["bf16_weights_shrink", "awq_already_int4", "gptq_already_int4", "fp8_weights_still_shrink"],
+)
+def test_weight_levers_respect_existing_quantization(
+    quantization: str | None, int4_changes: bool, fp8_changes: bool
+) -> None:
+    dep = Deployment(pool_bytes=5 * GIB, weights_bytes=5 * GIB, quantization=quantization)
+    rows = {r.lever: r for r in levers(resolve_model(LLAMA31_8B), dep)}
+    assert (rows["int4_weights"].pool_tokens != 40_960) is int4_changes
+    assert (rows["fp8_weights"].pool_tokens != 40_960) is fp8_changes
+
+
+def test_hybrid_pool_in_tokens_round_trips_to_blocks() -> None:
+    arch = resolve_model("google/gemma-3-27b-it")
+    from_blocks = expected_capacity(arch, pool_blocks=12_345, max_model_len=131_072)
+    assert from_blocks.pool_tokens is not None
+    from_tokens = expected_capacity(arch, pool_tokens=from_blocks.pool_tokens, max_model_len=131_072)
+    assert from_tokens.pool_blocks is not None
+    assert abs(from_tokens.pool_blocks - 12_345) <= 1

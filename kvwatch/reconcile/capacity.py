@@ -55,6 +55,20 @@ MAMBA_BLOCK_ALIGNMENT = 16
 # (~4.25 bits), fp8 with per-channel scales (~8 bits).
 INT4_BYTES_PER_PARAM = 0.53
 FP8_BYTES_PER_PARAM = 1.0
+# vLLM --quantization values (as the engine config prints them) -> weight bytes per parameter, so
+# the weight levers do not shrink weights that are already quantised.
+QUANTIZATION_BYTES_PER_PARAM: dict[str, float] = {
+    "awq": INT4_BYTES_PER_PARAM,
+    "awq_marlin": INT4_BYTES_PER_PARAM,
+    "gptq": INT4_BYTES_PER_PARAM,
+    "gptq_marlin": INT4_BYTES_PER_PARAM,
+    "bitsandbytes": INT4_BYTES_PER_PARAM,
+    "gguf": INT4_BYTES_PER_PARAM,
+    "mxfp4": INT4_BYTES_PER_PARAM,  # gpt-oss
+    "fp8": FP8_BYTES_PER_PARAM,
+    "fbgemm_fp8": FP8_BYTES_PER_PARAM,
+    "modelopt": FP8_BYTES_PER_PARAM,
+}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -165,6 +179,7 @@ class Deployment:
     overhead_bytes: int = int(DEFAULT_OVERHEAD_GIB * GIB)
     request: RequestShape | None = None
     vllm_version: str | None = None  # picks the concurrency formula (§7.4); None = current
+    quantization: str | None = None  # vLLM --quantization, for the weight levers
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,7 +570,8 @@ def _weights_lever(
     weights = base.weights_bytes
     if weights is None:
         return _unknown(lever, "needs the weights size: pass --weights-gib or a catalogue model")
-    current = arch.weight_bytes_per_param or float(arch.dtype_bytes)
+    quant = (dep.quantization or "").lower()
+    current = QUANTIZATION_BYTES_PER_PARAM.get(quant) or arch.weight_bytes_per_param or float(arch.dtype_bytes)
     new_weights = int(weights * target / current)
     if new_weights >= weights:
         return _unchanged(lever, base, f"weights are already {current:g} bytes/parameter or less")
@@ -694,6 +710,7 @@ def deployment_from_analysis(doc: Mapping[str, Any], arch: Architecture | None =
     prefix = _num(doc, "config", "enable_prefix_caching")
     mnbt = _int_or_none(_num(doc, "config", "max_num_batched_tokens"))
     version = _num(doc, "config", "vllm_version")
+    quant = _num(doc, "config", "quantization")
     request = None
     observed = _int_or_none(_num(doc, "requests", "p95_tokens")) or _int_or_none(_num(doc, "requests", "tokens_p95"))
     if observed:
@@ -713,6 +730,7 @@ def deployment_from_analysis(doc: Mapping[str, Any], arch: Architecture | None =
         weights_bytes=int(float(weights_gib) * GIB) if isinstance(weights_gib, (int, float)) else None,
         request=request,
         vllm_version=version if isinstance(version, str) else None,
+        quantization=quant if isinstance(quant, str) else None,
     )
 
 
