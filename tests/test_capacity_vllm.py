@@ -98,3 +98,45 @@ def test_every_real_log_naming_a_catalogue_model_agrees_with_vllm(log: Path) -> 
     assert check["predicted_blocks_range"] is not None
     assert check["pool_within_one_block"] is not False
     assert check["max_concurrency_matches"] is not False
+
+
+def _doc(gib: float, tokens: int, ratio: float, max_len: int, version: str | None) -> dict[str, object]:
+    return {
+        "capacity": {"kv_cache_memory_gib": gib, "kv_cache_tokens": tokens, "gpu_blocks": None, "block_size": None,
+                     "max_concurrency": {"tokens_per_request": max_len, "ratio": ratio}},
+        "config": {"vllm_version": version, "max_seq_len": max_len, "max_num_batched_tokens": 8192},
+    }
+
+
+# gpt-oss-20b, 30 GiB: a block is 12 layers x 16 tokens x 2 x 8 x 64 x 2 B = 393,216 B -> 81,920 blocks;
+# one 131,072-token request needs cdiv(131072, 16) + cdiv(127 + 8192, 16) + 1 = 8,192 + 521 blocks.
+GPT_OSS_BLOCKS = 30 * 2**30 // 393_216
+GPT_OSS_RATIO = GPT_OSS_BLOCKS / (8_192 + 521)
+
+
+@pytest.mark.parametrize(
+    ("version", "tokens", "matches"),
+    [
+        ("0.21.0", int(GPT_OSS_RATIO * 131_072), True),
+        ("0.11.0", GPT_OSS_BLOCKS // 2 * 16, True),
+        (None, GPT_OSS_BLOCKS // 2 * 16, True),
+        ("0.21.0", int(GPT_OSS_RATIO * 131_072 * 0.9), False),
+    ],
+    ids=["v021_tokens_are_ratio_times_len", "v011_tokens_are_blocks_per_group", "unknown_version_either",
+         "ten_percent_off_mismatches"],
+)
+def test_sliding_window_logs_are_checked_by_printed_tokens(version: str | None, tokens: int, matches: bool) -> None:
+    arch = resolve_model("openai/gpt-oss-20b")
+    check = check_against_log(_doc(30.0, tokens, round(GPT_OSS_RATIO, 2), 131_072, version), arch)
+    assert check["pool_within_one_block"] is matches
+    assert check["max_concurrency_matches"] is True
+    assert check["predicted_blocks_range"][0] <= GPT_OSS_BLOCKS <= check["predicted_blocks_range"][1]
+
+
+def test_v0_logs_allocate_sliding_layers_like_full_ones() -> None:
+    arch = resolve_model("google/gemma-2-9b-it")
+    legacy = expected_capacity(arch, pool_bytes=20 * GIB, max_model_len=8_192, vllm_version="0.6.4")
+    current = expected_capacity(arch, pool_bytes=20 * GIB, max_model_len=8_192)
+    assert legacy.layout.groups == ("full",)
+    assert legacy.pool_blocks == 20 * GIB // (16 * 42 * 2 * 8 * 256 * 2)
+    assert current.layout.groups == ("full", "sliding")

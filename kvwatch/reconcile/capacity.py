@@ -258,10 +258,26 @@ def _group_kinds(counts: Counter[LayerKind]) -> tuple[int, tuple[LayerKind, ...]
     return size, tuple(groups)
 
 
+def legacy_allocator(vllm_version: str | None) -> bool:
+    """True for vLLM before 0.9: no hybrid KV-cache groups (sliding layers allocate like full ones,
+    Mamba state lives outside the KV pool). None (unknown) means current vLLM."""
+    version = _version(vllm_version)
+    return version is not None and version < (0, 9)
+
+
 def kv_layout(
-    arch: Architecture, *, kv_cache_dtype: str = "auto", tp: int = 1, pp: int = 1, block_size: int = DEFAULT_BLOCK_SIZE
+    arch: Architecture,
+    *,
+    kv_cache_dtype: str = "auto",
+    tp: int = 1,
+    pp: int = 1,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    legacy: bool = False,
 ) -> KvLayout:
-    """The KV layout on the GPU that limits the pool (the PP stage with the most bytes per block)."""
+    """The KV layout on the GPU that limits the pool (the PP stage with the most bytes per block).
+
+    ``legacy`` (vLLM < 0.9, see ``legacy_allocator``): one group of every attention layer.
+    """
     if tp < 1:
         raise UsageError(f"--tp {tp} must be at least 1")
     if block_size < 1:
@@ -276,13 +292,15 @@ def kv_layout(
         counts: Counter[LayerKind] = Counter(arch.layer_kinds[start:end])
         mamba_state = arch.mamba.state_elements(tp) * arch.dtype_bytes if arch.mamba and counts["mamba"] else 0
         bs = block_size
-        if mamba_state:
+        if legacy:
+            counts["full"] += counts.pop("sliding", 0)
+        if mamba_state and not legacy:
             # Raise the attention block until one attention page holds a Mamba page (0.10+).
             needed = MAMBA_BLOCK_ALIGNMENT * cdiv(mamba_state, MAMBA_BLOCK_ALIGNMENT * token_bytes)
             bs = max(bs, needed)
         if not counts["full"] and not counts["sliding"]:
             continue  # a stage of only Mamba layers holds no per-token KV
-        size, groups = _group_kinds(counts)
+        size, groups = _group_kinds(Counter({k: n for k, n in counts.items() if not (legacy and k == "mamba")}))
         attention = counts["full"] + counts["sliding"]
         layout = KvLayout(
             block_size=bs,
@@ -413,7 +431,8 @@ def default_weights_bytes(arch: Architecture, tp: int, pp: int) -> int | None:
 
 def estimate(arch: Architecture, dep: Deployment) -> CapacityEstimate:
     """Everything ``kvwatch capacity`` reports for one model and deployment."""
-    layout = kv_layout(arch, kv_cache_dtype=dep.kv_cache_dtype, tp=dep.tp, pp=dep.pp, block_size=dep.block_size)
+    layout = kv_layout(arch, kv_cache_dtype=dep.kv_cache_dtype, tp=dep.tp, pp=dep.pp, block_size=dep.block_size,
+                       legacy=legacy_allocator(dep.vllm_version))
     max_len = dep.max_model_len or arch.max_position_embeddings
     mnbt = dep.max_num_batched_tokens
     weights = dep.weights_bytes if dep.weights_bytes is not None else default_weights_bytes(arch, dep.tp, dep.pp)
@@ -799,6 +818,24 @@ def expected_from_facts(arch: Architecture, facts: Mapping[str, Any], **override
     return estimate(arch, replace(dep, **overrides) if overrides else dep)
 
 
+def printed_tokens_for(
+    layout: KvLayout, blocks: int, max_model_len: int | None, max_num_batched_tokens: int, vllm_version: str | None
+) -> list[int]:
+    """What vLLM's "KV cache size: N tokens" line prints for ``blocks`` (§3.5): the candidates.
+
+    Up to 0.20: blocks // groups x block_size; from 0.21: int(max_concurrency x max_model_len).
+    An unknown version gives both.
+    """
+    old = blocks // len(layout.groups) * layout.block_size
+    if not max_model_len:
+        return [old]
+    new = int(max_concurrency_at_max_model_len(layout, blocks, max_model_len, max_num_batched_tokens) * max_model_len)
+    version = _version(vllm_version)
+    if version is None:
+        return [old, new]
+    return [new] if version >= (0, 21) else [old]
+
+
 def check_against_log(doc: Mapping[str, Any], arch: Architecture, dep: Deployment | None = None) -> dict[str, Any]:
     """vLLM's printed pool and concurrency next to kvwatch's prediction (issue 3, §7.5).
 
@@ -810,7 +847,8 @@ def check_against_log(doc: Mapping[str, Any], arch: Architecture, dep: Deploymen
     computed one (``capacity.computed_gpu_blocks``, when the reader provides it, is used instead).
     """
     dep = dep or deployment_from_analysis(doc, arch)
-    layout = kv_layout(arch, kv_cache_dtype=dep.kv_cache_dtype, tp=dep.tp, pp=dep.pp, block_size=dep.block_size)
+    layout = kv_layout(arch, kv_cache_dtype=dep.kv_cache_dtype, tp=dep.tp, pp=dep.pp, block_size=dep.block_size,
+                       legacy=legacy_allocator(dep.vllm_version))
     gib = _num(doc, "capacity", "kv_cache_memory_gib")
     printed_blocks = _int_or_none(_num(doc, "capacity", "gpu_blocks"))
     computed_blocks = _int_or_none(_num(doc, "capacity", "computed_gpu_blocks"))
@@ -828,16 +866,33 @@ def check_against_log(doc: Mapping[str, Any], arch: Architecture, dep: Deploymen
         "max_concurrency": ratio,
         "tokens_per_request": max_len,
         "predicted_blocks_range": None,
+        "predicted_tokens_range": None,
         "pool_within_one_block": None,
+        "predicted_max_concurrency_range": None,
         "predicted_max_concurrency": None,
         "max_concurrency_matches": None,
     }
+    mnbt = dep.max_num_batched_tokens
     if _is_num(gib):
         low, high = blocks_range_from_gib(layout, float(gib))
         out["predicted_blocks_range"] = [low, high]
         against = computed_blocks if computed_blocks is not None else printed_blocks
         if against is not None:
             out["pool_within_one_block"] = low - 1 <= against <= high + 1
+        elif printed_tokens is not None:
+            # Non-uniform layouts print tokens only; which formula depends on the version.
+            lows = printed_tokens_for(layout, max(0, low - 1), max_len, mnbt, dep.vllm_version)
+            highs = printed_tokens_for(layout, high + 1, max_len, mnbt, dep.vllm_version)
+            out["predicted_tokens_range"] = [min(lows), max(highs)]
+            out["pool_within_one_block"] = any(a <= printed_tokens <= b for a, b in zip(lows, highs, strict=True))
+        if max_len and printed_blocks is None:
+            conc = [max_concurrency_at_max_model_len(layout, b, max_len, mnbt, dep.vllm_version)
+                    for b in (max(0, low - 1), high + 1)]
+            out["predicted_max_concurrency_range"] = [round(conc[0], 2), round(conc[1], 2)]
+            if _is_num(ratio):
+                out["max_concurrency_matches"] = out["predicted_max_concurrency_range"][0] <= round(
+                    float(ratio), 2
+                ) <= out["predicted_max_concurrency_range"][1]
     if printed_blocks is not None and max_len:
         predicted = max_concurrency_at_max_model_len(
             layout, printed_blocks, max_len, dep.max_num_batched_tokens, dep.vllm_version
@@ -904,5 +959,6 @@ __all__ = [
     "levers",
     "levers_for_analysis",
     "model_from_log",
+    "printed_tokens_for",
     "resolve_model",
 ]
