@@ -205,35 +205,35 @@ def capacity(
         float | None, typer.Option(help="GPU memory per card, GiB (pool = G x U - W - O).")
     ] = None,
     gpu_memory_utilization: Annotated[
-        float | None, typer.Option(help=f"vLLM's --gpu-memory-utilization [default {DEFAULT_GPU_MEMORY_UTILIZATION}].")
+        float | None, typer.Option(help=f"vLLM's --gpu-memory-utilization (default {DEFAULT_GPU_MEMORY_UTILIZATION}).")
     ] = None,
     weights_gib: Annotated[
-        float | None, typer.Option(help="Weights per GPU, GiB [default: catalogue parameters x dtype / (TP x PP)].")
+        float | None, typer.Option(help="Weights per GPU, GiB (default: catalogue parameters x dtype / (TP x PP)).")
     ] = None,
     overhead_gib: Annotated[
         float | None,
-        typer.Option(help=f"Non-KV memory: activations, CUDA graphs, non-torch, GiB [default {DEFAULT_OVERHEAD_GIB}]."),
+        typer.Option(help=f"Non-KV memory: activations, CUDA graphs, non-torch, GiB (default {DEFAULT_OVERHEAD_GIB})."),
     ] = None,
     kv_cache_gib: Annotated[float | None, typer.Option(help="Measured KV memory per GPU, GiB (vLLM's figure).")] = None,
     kv_cache_tokens: Annotated[int | None, typer.Option(help="Measured pool in tokens (vLLM's KV cache size).")] = None,
     from_log: Annotated[
         str | None, typer.Option(help="A vLLM log: pool, config and model as `kvwatch analyze` reads them.")
     ] = None,
-    kv_cache_dtype: Annotated[str | None, typer.Option(help="auto | fp8 | fp8_e4m3 | fp8_e5m2 [default auto].")] = None,
-    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size [default 1].")] = None,
-    pp: Annotated[int | None, typer.Option("--pp", help="Pipeline-parallel size [default 1].")] = None,
-    block_size: Annotated[int | None, typer.Option(help="Tokens per KV block [default 16].")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="auto | fp8 | fp8_e4m3 | fp8_e5m2 (default auto).")] = None,
+    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size (default 1).")] = None,
+    pp: Annotated[int | None, typer.Option("--pp", help="Pipeline-parallel size (default 1).")] = None,
+    block_size: Annotated[int | None, typer.Option(help="Tokens per KV block (default 16).")] = None,
     max_model_len: Annotated[
-        int | None, typer.Option(help="vLLM's --max-model-len [default: the model's max_position_embeddings].")
+        int | None, typer.Option(help="vLLM's --max-model-len (default: the model's max_position_embeddings).")
     ] = None,
     max_num_batched_tokens: Annotated[
-        int | None, typer.Option(help="Bounds sliding-window layers per request [default 8192].")
+        int | None, typer.Option(help="Bounds sliding-window layers per request (default 8192).")
     ] = None,
     prompt_tokens: Annotated[int | None, typer.Option(help="Prompt tokens of a typical request.")] = None,
     output_tokens: Annotated[int | None, typer.Option(help="Output tokens of a typical request.")] = None,
     shared_prefix_tokens: Annotated[int, typer.Option(help="Prompt tokens every request shares.")] = 0,
     prefix_caching: Annotated[
-        bool | None, typer.Option("--prefix-caching/--no-prefix-caching", help="Store the shared prefix once [on].")
+        bool | None, typer.Option("--prefix-caching/--no-prefix-caching", help="Store the shared prefix once (on).")
     ] = None,
     list_models: Annotated[bool, typer.Option("--list-models", help="List the built-in catalogue and exit.")] = False,
     output_format: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
