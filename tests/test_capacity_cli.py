@@ -164,3 +164,12 @@ def test_list_models_prints_the_catalogue_with_sources(capsys: pytest.CaptureFix
     assert code == 0
     assert "deepseek-ai/DeepSeek-V3" in out
     assert "https://huggingface.co/google/gemma-3-27b-it/blob/main/config.json" in out
+
+
+def test_from_log_text_shows_what_vllm_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    log = next((FIX / "real" / "logs").glob("011-*.log"))
+    code, out, _ = _run(["capacity", "--from-log", str(log), "--model", "meta-llama/Llama-3.1-8B-Instruct"], capsys)
+    assert code == 0
+    assert "1,478 blocks of 16 -> 23,648 tokens" in out
+    assert "vLLM printed      2.89 GiB, 1,478 blocks" in out
+    assert "predicted blocks [1477, 1482], 0.82x" in out
