@@ -429,3 +429,21 @@ def test_hybrid_pool_in_tokens_round_trips_to_blocks() -> None:
     from_tokens = expected_capacity(arch, pool_tokens=from_blocks.pool_tokens, max_model_len=131_072)
     assert from_tokens.pool_blocks is not None
     assert abs(from_tokens.pool_blocks - 12_345) <= 1
+
+
+@pytest.mark.parametrize(
+    ("config", "rows_expected"),
+    [
+        ({"max_seq_len": 0}, 8),
+        ({"max_seq_len": -5, "block_size": 0}, 8),
+        ({"pipeline_parallel_size": 999}, 0),
+        ({"tensor_parallel_size": "two", "kv_cache_dtype": "fp4"}, 8),
+    ],
+    ids=["zero_max_len_ignored", "negative_sizes_ignored", "pp_beyond_layers_gives_no_rows", "garbage_ignored"],
+)
+def test_levers_for_analysis_survive_odd_log_values(config: dict[str, object], rows_expected: int) -> None:
+    doc = {"capacity": {"gpu_blocks": 100, "kv_cache_memory_gib": 0.2}, "config": config}
+    rows = levers_for_analysis(doc, resolve_model(LLAMA31_8B))
+    assert len(rows) == rows_expected
+    if rows:
+        assert rows[0]["pool_tokens"] == 2 * 100 * 16  # fp8 on the log's 100 blocks of 16

@@ -705,6 +705,12 @@ def _is_num(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _pos_int(value: Any) -> int | None:
+    """A positive integer, or None (a size of 0 or less in a log is not a size)."""
+    number = _int_or_none(value)
+    return number if number is not None and number > 0 else None
+
+
 def _int_or_none(value: Any) -> int | None:
     if isinstance(value, bool) or value is None:
         return None
@@ -719,25 +725,25 @@ def deployment_from_analysis(doc: Mapping[str, Any], arch: Architecture | None =
     blocks = _int_or_none(_num(doc, "capacity", "gpu_blocks"))
     tokens = _int_or_none(_num(doc, "capacity", "kv_cache_tokens"))
     gib = _num(doc, "capacity", "kv_cache_memory_gib")
-    block_size = _int_or_none(_num(doc, "capacity", "block_size")) or _int_or_none(_num(doc, "config", "block_size"))
+    block_size = _pos_int(_num(doc, "capacity", "block_size")) or _pos_int(_num(doc, "config", "block_size"))
     weights_gib = _num(doc, "capacity", "weights_gib")
-    max_len = _int_or_none(_num(doc, "config", "max_seq_len")) or _int_or_none(
+    max_len = _pos_int(_num(doc, "config", "max_seq_len")) or _pos_int(
         _num(doc, "capacity", "max_concurrency", "tokens_per_request")
     )
     kv_dtype = _num(doc, "config", "kv_cache_dtype")
     util = _num(doc, "config", "gpu_memory_utilization")
     prefix = _num(doc, "config", "enable_prefix_caching")
-    mnbt = _int_or_none(_num(doc, "config", "max_num_batched_tokens"))
+    mnbt = _pos_int(_num(doc, "config", "max_num_batched_tokens"))
     version = _num(doc, "config", "vllm_version")
     quant = _num(doc, "config", "quantization")
     request = None
-    observed = _int_or_none(_num(doc, "requests", "p95_tokens")) or _int_or_none(_num(doc, "requests", "tokens_p95"))
+    observed = _pos_int(_num(doc, "requests", "p95_tokens")) or _pos_int(_num(doc, "requests", "tokens_p95"))
     if observed:
         request = RequestShape(observed, 0)
     return Deployment(
         kv_cache_dtype=kv_dtype if isinstance(kv_dtype, str) and kv_dtype.lower() in KV_CACHE_DTYPE_BYTES else "auto",
-        tp=_int_or_none(_num(doc, "config", "tensor_parallel_size")) or 1,
-        pp=_int_or_none(_num(doc, "config", "pipeline_parallel_size")) or 1,
+        tp=_pos_int(_num(doc, "config", "tensor_parallel_size")) or 1,
+        pp=_pos_int(_num(doc, "config", "pipeline_parallel_size")) or 1,
         block_size=block_size or DEFAULT_BLOCK_SIZE,
         max_model_len=max_len,
         max_num_batched_tokens=mnbt or DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -780,10 +786,10 @@ def levers_for_analysis(doc: Mapping[str, Any], arch: Architecture | None) -> li
     model = arch or _observed_arch(doc)
     if model is None:
         return []
-    dep = deployment_from_analysis(doc, arch)
     try:
-        rows = levers(model, dep)
-    except UsageError:
+        rows = levers(model, deployment_from_analysis(doc, arch))
+    except (UsageError, ArithmeticError, ValueError):
+        # a log's odd numbers (a PP size larger than the model, ...) must not break the postmortem
         return []
     if arch is None:
         needs = "needs the model (--model) to know its KV heads"
