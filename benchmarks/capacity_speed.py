@@ -50,8 +50,21 @@ def main() -> None:
         return lambda: subprocess.run([KVWATCH, *args], check=True, capture_output=True)
 
     help_s = median_seconds(cli("--help"))
-    cap_s = median_seconds(cli("capacity", "--model", "llama-3.1-8b", "--kv-cache-gib", "5", "--prompt-tokens",
-                               "7500", "--output-tokens", "1000", "--format", "json"))
+    cap_s = median_seconds(
+        cli(
+            "capacity",
+            "--model",
+            "llama-3.1-8b",
+            "--kv-cache-gib",
+            "5",
+            "--prompt-tokens",
+            "7500",
+            "--output-tokens",
+            "1000",
+            "--format",
+            "json",
+        )
+    )
     print(f"CLI, median of {RUNS}:")
     print(f"  kvwatch --help      {help_s * 1e3:8.1f} ms  (baseline)")
     print(f"  kvwatch capacity    {cap_s * 1e3:8.1f} ms  ({cap_s / help_s:.2f}x baseline)")

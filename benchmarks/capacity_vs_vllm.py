@@ -50,8 +50,12 @@ def compare(log: Path, model: str | None, where: str) -> dict[str, Any] | None:
     if computed:
         doc["capacity"]["computed_gpu_blocks"] = int(computed.group(1))
     check = check_against_log(doc, arch)
-    return {"log": log.name if log.parent.name == "logs" else f"{log.parent.name}/{log.name}",
-            "model": arch.name.split("/")[-1], "where": where, **check}
+    return {
+        "log": log.name if log.parent.name == "logs" else f"{log.parent.name}/{log.name}",
+        "model": arch.name.split("/")[-1],
+        "where": where,
+        **check,
+    }
 
 
 def _fmt(row: dict[str, Any]) -> str:
@@ -81,8 +85,10 @@ def main(argv: list[str]) -> int:
             row = compare(log, None, "named in the log")
             if row:
                 rows.append(row)
-    print("| log | model | vLLM KV memory | predicted blocks | vLLM blocks | pool | max_model_len "
-          "| predicted x | vLLM x | concurrency |")
+    print(
+        "| log | model | vLLM KV memory | predicted blocks | vLLM blocks | pool | max_model_len "
+        "| predicted x | vLLM x | concurrency |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         print(_fmt(row))

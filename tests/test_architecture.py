@@ -46,9 +46,7 @@ def test_invalid_json_names_the_file_and_line() -> None:
     ["missing-layers", "wrong-type-heads", "unknown-architecture", "not-json"],
     ids=["missing_field", "wrong_type", "unknown_architecture", "invalid_json"],
 )
-def test_cli_refuses_bad_config_with_exit_2_and_no_traceback(
-    folder: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_refuses_bad_config_with_exit_2_and_no_traceback(folder: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["capacity", "--model", str(SYNTHETIC / folder), "--kv-cache-gib", "5"])
     assert info.value.code == 2
@@ -87,8 +85,13 @@ def test_reads_a_config_json_file_directly() -> None:
         ("multimodal-text-config", {"layers": 40, "kv_heads": 8, "head_dim": 128, "attention": "gqa"}),
         ("hybrid-mamba2-layer-types", {"layers": 8, "attention_layers": 2, "attention": "hybrid"}),
     ],
-    ids=["head_dim_is_hidden_over_heads", "multi_query_is_one_kv_head", "mla_latent_is_rank_plus_rope",
-         "text_config_holds_the_numbers", "mamba_layers_hold_no_kv"],
+    ids=[
+        "head_dim_is_hidden_over_heads",
+        "multi_query_is_one_kv_head",
+        "mla_latent_is_rank_plus_rope",
+        "text_config_holds_the_numbers",
+        "mamba_layers_hold_no_kv",
+    ],
 )
 def test_reads_architecture_variants(folder: str, expected: dict[str, object]) -> None:
     arch = resolve_model(str(SYNTHETIC / folder))
@@ -146,8 +149,15 @@ def test_load_config_file_names_a_missing_file(tmp_path: Path) -> None:
         ("Qwen3-30B-A3B-FP8", "Qwen/Qwen3-30B-A3B"),
         ("DEEPSEEK-R1", "deepseek-ai/DeepSeek-R1"),
     ],
-    ids=["instruct_alias", "local_path", "fine_tune_alias", "path_from_real_log_016",
-         "path_from_real_log_017", "quantised_suffix_dropped", "case_insensitive"],
+    ids=[
+        "instruct_alias",
+        "local_path",
+        "fine_tune_alias",
+        "path_from_real_log_016",
+        "path_from_real_log_017",
+        "quantised_suffix_dropped",
+        "case_insensitive",
+    ],
 )
 def test_catalogue_finds_names_as_logs_spell_them(name: str, model_id: str) -> None:
     entry = catalogue.find(name)
@@ -186,7 +196,11 @@ def test_catalogue_architectures(
 ) -> None:
     arch = resolve_model(name)
     assert (arch.attention, arch.layers, arch.attention_layers, arch.kv_heads, arch.head_dim) == (
-        attention, layers, attention_layers, kv_heads, head_dim,
+        attention,
+        layers,
+        attention_layers,
+        kv_heads,
+        head_dim,
     )
 
 

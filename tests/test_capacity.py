@@ -29,8 +29,13 @@ LLAMA31_8B = "meta-llama/Llama-3.1-8B"
 def _seventy_b_class() -> Architecture:
     """80 layers, 8 KV heads, head_dim 128, fp16 (the issue's "70B-class model")."""
     return Architecture(
-        name="70b-class", architecture_class="LlamaForCausalLM", layer_kinds=("full",) * 80,
-        num_attention_heads=64, kv_heads=8, head_dim=128, dtype="float16",
+        name="70b-class",
+        architecture_class="LlamaForCausalLM",
+        layer_kinds=("full",) * 80,
+        num_attention_heads=64,
+        kv_heads=8,
+        head_dim=128,
+        dtype="float16",
     )
 
 
@@ -94,8 +99,9 @@ def test_fp8_with_a_1500_token_shared_prefix_fits_11_5() -> None:
 def test_shared_prefix_counts_nothing_without_prefix_caching() -> None:
     est = estimate(
         resolve_model(LLAMA31_8B),
-        Deployment(pool_bytes=5 * GIB, kv_cache_dtype="fp8", request=RequestShape(7_500, 1_000, 1_500),
-                   prefix_caching=False),
+        Deployment(
+            pool_bytes=5 * GIB, kv_cache_dtype="fp8", request=RequestShape(7_500, 1_000, 1_500), prefix_caching=False
+        ),
     )
     assert est.max_concurrency == pytest.approx(81_920 / 8_500)
 
@@ -233,8 +239,9 @@ def test_multimodal_text_config_sizes_like_its_text_model() -> None:
 
 def test_gpu_memory_pool_subtracts_weights_and_overhead() -> None:
     arch = resolve_model(LLAMA31_8B)
-    dep = Deployment(gpu_memory_bytes=80 * GIB, gpu_memory_utilization=0.9, weights_bytes=15 * GIB,
-                     overhead_bytes=3 * GIB)
+    dep = Deployment(
+        gpu_memory_bytes=80 * GIB, gpu_memory_utilization=0.9, weights_bytes=15 * GIB, overhead_bytes=3 * GIB
+    )
     est = estimate(arch, dep)
     assert est.pool_bytes == int(80 * GIB * 0.9) - 18 * GIB
     assert est.pool_blocks == est.pool_bytes // (65_536 * 32)
@@ -269,8 +276,14 @@ def _rows(dep: Deployment, model: str = LLAMA31_8B) -> dict[str, dict[str, objec
 def test_every_lever_has_a_row_in_order() -> None:
     rows = levers(resolve_model(LLAMA31_8B), Deployment(pool_bytes=5 * GIB, request=RequestShape(7_500, 1_000)))
     assert [r.lever for r in rows] == [
-        "fp8_kv_cache", "int4_weights", "fp8_weights", "prefix_caching", "gpu_memory_utilization_plus_0_05",
-        "tensor_parallel_x2", "fewer_prompt_tokens", "max_model_len_half",
+        "fp8_kv_cache",
+        "int4_weights",
+        "fp8_weights",
+        "prefix_caching",
+        "gpu_memory_utilization_plus_0_05",
+        "tensor_parallel_x2",
+        "fewer_prompt_tokens",
+        "max_model_len_half",
     ]
 
 
@@ -282,14 +295,18 @@ def test_fp8_lever_doubles_pool_tokens_and_halves_bytes() -> None:
 
 
 def test_prefix_caching_lever_moves_the_concurrency_when_off() -> None:
-    rows = _rows(Deployment(pool_bytes=5 * GIB, kv_cache_dtype="fp8", prefix_caching=False,
-                            request=RequestShape(7_500, 1_000, 1_500)))
+    rows = _rows(
+        Deployment(
+            pool_bytes=5 * GIB, kv_cache_dtype="fp8", prefix_caching=False, request=RequestShape(7_500, 1_000, 1_500)
+        )
+    )
     assert rows["prefix_caching"]["max_concurrency"] == pytest.approx(11.4886, abs=1e-4)
 
 
 def test_utilization_lever_adds_five_percent_of_the_gpu() -> None:
-    dep = Deployment(gpu_memory_bytes=80 * GIB, weights_bytes=15 * GIB, overhead_bytes=3 * GIB,
-                     request=RequestShape(7_500, 1_000))
+    dep = Deployment(
+        gpu_memory_bytes=80 * GIB, weights_bytes=15 * GIB, overhead_bytes=3 * GIB, request=RequestShape(7_500, 1_000)
+    )
     base = estimate(resolve_model(LLAMA31_8B), dep)
     rows = _rows(dep)
     extra_blocks = int(80 * GIB * 0.05) // (65_536 * 32)
@@ -336,10 +353,21 @@ def test_levers_need_a_pool() -> None:
 
 def test_levers_for_analysis_use_the_logs_pool_and_config() -> None:
     doc = {
-        "capacity": {"gpu_blocks": 1478, "block_size": None, "kv_cache_tokens": None, "kv_cache_memory_gib": 2.89,
-                     "weights_gib": 14.9888, "max_concurrency": {"tokens_per_request": 29000, "ratio": 0.82}},
-        "config": {"kv_cache_dtype": None, "max_seq_len": 29000, "tensor_parallel_size": None,
-                   "enable_prefix_caching": None, "vllm_version": None},
+        "capacity": {
+            "gpu_blocks": 1478,
+            "block_size": None,
+            "kv_cache_tokens": None,
+            "kv_cache_memory_gib": 2.89,
+            "weights_gib": 14.9888,
+            "max_concurrency": {"tokens_per_request": 29000, "ratio": 0.82},
+        },
+        "config": {
+            "kv_cache_dtype": None,
+            "max_seq_len": 29000,
+            "tensor_parallel_size": None,
+            "enable_prefix_caching": None,
+            "vllm_version": None,
+        },
     }
     rows = {r["lever"]: r for r in levers_for_analysis(doc, resolve_model(LLAMA31_8B))}
     assert rows["fp8_kv_cache"]["pool_tokens"] == 2 * 1478 * 16
@@ -392,8 +420,10 @@ def test_a_served_name_that_looks_like_a_catalogue_model_is_not_trusted() -> Non
 def test_a_model_name_the_log_contradicts_is_not_trusted() -> None:
     from kvwatch.reconcile.capacity import model_from_log
 
-    doc = {"config": {"model": "meta-llama/Llama-3.1-8B"},
-           "capacity": {"kv_cache_memory_gib": 1.0, "kv_cache_tokens": 40_960}}
+    doc = {
+        "config": {"model": "meta-llama/Llama-3.1-8B"},
+        "capacity": {"kv_cache_memory_gib": 1.0, "kv_cache_tokens": 40_960},
+    }
     assert model_from_log(doc) is None
     doc["capacity"] = {"kv_cache_memory_gib": 5.0, "kv_cache_tokens": 40_960}
     arch = model_from_log(doc)

@@ -11,8 +11,14 @@ from kvwatch.cli import main
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 LEVERS = [
-    "fp8_kv_cache", "int4_weights", "fp8_weights", "prefix_caching", "gpu_memory_utilization_plus_0_05",
-    "tensor_parallel_x2", "fewer_prompt_tokens", "max_model_len_half",
+    "fp8_kv_cache",
+    "int4_weights",
+    "fp8_weights",
+    "prefix_caching",
+    "gpu_memory_utilization_plus_0_05",
+    "tensor_parallel_x2",
+    "fewer_prompt_tokens",
+    "max_model_len_half",
 ]
 
 
@@ -31,26 +37,49 @@ def _json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, obje
 
 
 def test_capacity_json_has_the_schema_of_issue_3(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = _json(["--model", "meta-llama/Llama-3.1-8B", "--kv-cache-gib", "5", "--prompt-tokens", "7500",
-                 "--output-tokens", "1000"], capsys)
+    doc = _json(
+        [
+            "--model",
+            "meta-llama/Llama-3.1-8B",
+            "--kv-cache-gib",
+            "5",
+            "--prompt-tokens",
+            "7500",
+            "--output-tokens",
+            "1000",
+        ],
+        capsys,
+    )
     assert doc["schema"] == "kvwatch.capacity/1"
     model = doc["model"]
     assert isinstance(model, dict)
-    assert {k: model[k] for k in ("name", "layers", "attention_layers", "kv_heads", "head_dim", "attention",
-                                  "dtype")} == {
-        "name": "meta-llama/Llama-3.1-8B", "layers": 32, "attention_layers": 32, "kv_heads": 8, "head_dim": 128,
-        "attention": "gqa", "dtype": "bfloat16",
+    assert {
+        k: model[k] for k in ("name", "layers", "attention_layers", "kv_heads", "head_dim", "attention", "dtype")
+    } == {
+        "name": "meta-llama/Llama-3.1-8B",
+        "layers": 32,
+        "attention_layers": 32,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "attention": "gqa",
+        "dtype": "bfloat16",
     }
     assert doc["kv_bytes_per_token"] == 131_072
     pool = doc["pool"]
     assert isinstance(pool, dict)
     assert {k: pool[k] for k in ("bytes", "tokens", "blocks", "block_size")} == {
-        "bytes": 5 * 2**30, "tokens": 40_960, "blocks": 2_560, "block_size": 16,
+        "bytes": 5 * 2**30,
+        "tokens": 40_960,
+        "blocks": 2_560,
+        "block_size": 16,
     }
     request = doc["request"]
     assert isinstance(request, dict)
     assert {k: request[k] for k in ("prompt_tokens", "output_tokens", "shared_prefix_tokens", "tokens")} == {
-        "prompt_tokens": 7500, "output_tokens": 1000, "shared_prefix_tokens": 0, "tokens": 8500,
+        "prompt_tokens": 7500,
+        "output_tokens": 1000,
+        "shared_prefix_tokens": 0,
+        "tokens": 8500,
     }
     assert round(float(doc["max_concurrency"]), 1) == 4.8  # type: ignore[arg-type]
     assert doc["max_concurrency_at_max_model_len"] == pytest.approx(2560 / 8192, abs=1e-4)
@@ -61,8 +90,23 @@ def test_capacity_json_has_the_schema_of_issue_3(capsys: pytest.CaptureFixture[s
 
 
 def test_capacity_fp8_with_shared_prefix_is_11_5(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = _json(["--model", "llama-3.1-8b", "--kv-cache-gib", "5", "--kv-cache-dtype", "fp8",
-                 "--prompt-tokens", "7500", "--output-tokens", "1000", "--shared-prefix-tokens", "1500"], capsys)
+    doc = _json(
+        [
+            "--model",
+            "llama-3.1-8b",
+            "--kv-cache-gib",
+            "5",
+            "--kv-cache-dtype",
+            "fp8",
+            "--prompt-tokens",
+            "7500",
+            "--output-tokens",
+            "1000",
+            "--shared-prefix-tokens",
+            "1500",
+        ],
+        capsys,
+    )
     assert (doc["kv_bytes_per_token"], doc["pool"]["tokens"]) == (65_536, 81_920)  # type: ignore[index]
     assert round(float(doc["max_concurrency"]), 1) == 11.5  # type: ignore[arg-type]
     assert doc["request"]["tokens"] == 7_000  # type: ignore[index]
@@ -82,8 +126,21 @@ def test_one_32k_request_is_4_gib(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_pool_from_gpu_memory(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = _json(["--model", "llama-3.1-8b", "--gpu-memory-gib", "80", "--gpu-memory-utilization", "0.9",
-                 "--weights-gib", "15", "--overhead-gib", "3"], capsys)
+    doc = _json(
+        [
+            "--model",
+            "llama-3.1-8b",
+            "--gpu-memory-gib",
+            "80",
+            "--gpu-memory-utilization",
+            "0.9",
+            "--weights-gib",
+            "15",
+            "--overhead-gib",
+            "3",
+        ],
+        capsys,
+    )
     expected = int(80 * 2**30 * 0.9) - 18 * 2**30
     assert doc["pool"]["bytes"] == expected  # type: ignore[index]
     assert doc["pool"]["blocks"] == expected // (2 * 2**20)  # type: ignore[index]
@@ -97,8 +154,20 @@ def test_tp_and_pp_flags_change_bytes_per_token(capsys: pytest.CaptureFixture[st
 
 
 def test_text_output_is_a_table(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(["capacity", "--model", "llama-3.1-8b", "--kv-cache-gib", "5", "--prompt-tokens", "7500",
-                         "--output-tokens", "1000"], capsys)
+    code, out, _ = _run(
+        [
+            "capacity",
+            "--model",
+            "llama-3.1-8b",
+            "--kv-cache-gib",
+            "5",
+            "--prompt-tokens",
+            "7500",
+            "--output-tokens",
+            "1000",
+        ],
+        capsys,
+    )
     assert code == 0
     assert "131,072 B per GPU" in out
     assert "2,560 blocks of 16 -> 40,960 tokens" in out
@@ -108,8 +177,10 @@ def test_text_output_is_a_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_from_log_reads_pool_config_and_checks_vllm(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = _json(["--from-log", str(FIX / "vllm-cpu-seed" / "server.log"), "--model",
-                 str(FIX / "vllm-cpu-seed" / "seedllama")], capsys)
+    doc = _json(
+        ["--from-log", str(FIX / "vllm-cpu-seed" / "server.log"), "--model", str(FIX / "vllm-cpu-seed" / "seedllama")],
+        capsys,
+    )
     pool = doc["pool"]
     assert isinstance(pool, dict)
     assert (pool["blocks"], pool["block_size"], pool["tokens"]) == (1280, 32, 40_960)
@@ -140,16 +211,36 @@ def test_from_log_without_a_model_name_asks_for_model(capsys: pytest.CaptureFixt
         ([], "--model is required"),
         (["--model", "llama-3.1-8b", "--kv-cache-gib", "5", "--kv-cache-tokens", "100"], "give one measured pool"),
         (["--model", "llama-3.1-8b", "--prompt-tokens", "100"], "--prompt-tokens and --output-tokens together"),
-        (["--model", "llama-3.1-8b", "--prompt-tokens", "100", "--output-tokens", "5", "--shared-prefix-tokens",
-          "200"], "--shared-prefix-tokens 200 must be within the prompt"),
+        (
+            [
+                "--model",
+                "llama-3.1-8b",
+                "--prompt-tokens",
+                "100",
+                "--output-tokens",
+                "5",
+                "--shared-prefix-tokens",
+                "200",
+            ],
+            "--shared-prefix-tokens 200 must be within the prompt",
+        ),
         (["--model", "llama-3.1-8b", "--kv-cache-dtype", "fp4"], "--kv-cache-dtype 'fp4' is not known"),
         (["--model", "llama-3.1-8b", "--tp", "0"], "--tp must be positive"),
         (["--model", "llama-3.1-70b", "--gpu-memory-gib", "24"], "no memory left for the KV cache"),
         (["--model", str(FIX / "vllm-cpu" / "tiny-llama"), "--gpu-memory-gib", "24"], "pass --weights-gib"),
         (["--model", "llama-3.1-8b", "--from-log", "/nonexistent.log"], "no such file"),
     ],
-    ids=["no_model", "two_pools", "prompt_without_output", "prefix_longer_than_prompt", "unknown_kv_dtype",
-         "zero_tp", "weights_exceed_gpu", "unknown_weights", "missing_log"],
+    ids=[
+        "no_model",
+        "two_pools",
+        "prompt_without_output",
+        "prefix_longer_than_prompt",
+        "unknown_kv_dtype",
+        "zero_tp",
+        "weights_exceed_gpu",
+        "unknown_weights",
+        "missing_log",
+    ],
 )
 def test_bad_flags_are_one_line_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(["capacity", *args], capsys)

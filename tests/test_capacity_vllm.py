@@ -55,7 +55,9 @@ def test_real_log_011_llama31_8b_both_runs() -> None:
     arch = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
     check = check_against_log(analyze_paths([str(log)]), arch)  # the document keeps the last run
     assert (check["gpu_blocks"], check["pool_within_one_block"], check["max_concurrency_matches"]) == (
-        1478, True, True,
+        1478,
+        True,
+        True,
     )
     # first run, from the numbers it printed: 3.81 GiB -> 1952 blocks, 1.56x at 20,000
     low, high = blocks_range_from_gib(kv_layout(arch), 3.81)
@@ -102,8 +104,13 @@ def test_every_real_log_naming_a_catalogue_model_agrees_with_vllm(log: Path) -> 
 
 def _doc(gib: float, tokens: int, ratio: float, max_len: int, version: str | None) -> dict[str, object]:
     return {
-        "capacity": {"kv_cache_memory_gib": gib, "kv_cache_tokens": tokens, "gpu_blocks": None, "block_size": None,
-                     "max_concurrency": {"tokens_per_request": max_len, "ratio": ratio}},
+        "capacity": {
+            "kv_cache_memory_gib": gib,
+            "kv_cache_tokens": tokens,
+            "gpu_blocks": None,
+            "block_size": None,
+            "max_concurrency": {"tokens_per_request": max_len, "ratio": ratio},
+        },
         "config": {"vllm_version": version, "max_seq_len": max_len, "max_num_batched_tokens": 8192},
     }
 
@@ -122,8 +129,12 @@ GPT_OSS_RATIO = GPT_OSS_BLOCKS / (8_192 + 521)
         (None, GPT_OSS_BLOCKS // 2 * 16, True),
         ("0.21.0", int(GPT_OSS_RATIO * 131_072 * 0.9), False),
     ],
-    ids=["v021_tokens_are_ratio_times_len", "v011_tokens_are_blocks_per_group", "unknown_version_either",
-         "ten_percent_off_mismatches"],
+    ids=[
+        "v021_tokens_are_ratio_times_len",
+        "v011_tokens_are_blocks_per_group",
+        "unknown_version_either",
+        "ten_percent_off_mismatches",
+    ],
 )
 def test_sliding_window_logs_are_checked_by_printed_tokens(version: str | None, tokens: int, matches: bool) -> None:
     arch = resolve_model("openai/gpt-oss-20b")

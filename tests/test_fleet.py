@@ -33,8 +33,22 @@ def test_exact_fit_does_not_round_up() -> None:
 
 
 def test_fleet_json_document(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(["fleet", "--peak-concurrent", "10000", "--avg-context", "8000", "--kv-bytes-per-token",
-                         "50000", "--usable-cache-gb", "61", "--format", "json"], capsys)
+    code, out, _ = _run(
+        [
+            "fleet",
+            "--peak-concurrent",
+            "10000",
+            "--avg-context",
+            "8000",
+            "--kv-bytes-per-token",
+            "50000",
+            "--usable-cache-gb",
+            "61",
+            "--format",
+            "json",
+        ],
+        capsys,
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["schema"] == "kvwatch.fleet/1"
@@ -42,13 +56,31 @@ def test_fleet_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["cache_needed_bytes"] == 10_000 * 8_000 * 50_000
     assert doc["per_request_bytes"] == 8_000 * 50_000
     assert doc["sensitivity"] == [
-        {"avg_context": 4000, "gpus": 33}, {"avg_context": 8000, "gpus": 66}, {"avg_context": 32000, "gpus": 263},
+        {"avg_context": 4000, "gpus": 33},
+        {"avg_context": 8000, "gpus": 66},
+        {"avg_context": 32000, "gpus": 263},
     ]
 
 
 def test_fleet_from_a_model_and_gib(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(["fleet", "--peak-concurrent", "100", "--avg-context", "8192", "--model", "llama-3.1-8b",
-                         "--usable-cache-gib", "64", "--sensitivity", "1024,16384", "--format", "json"], capsys)
+    code, out, _ = _run(
+        [
+            "fleet",
+            "--peak-concurrent",
+            "100",
+            "--avg-context",
+            "8192",
+            "--model",
+            "llama-3.1-8b",
+            "--usable-cache-gib",
+            "64",
+            "--sensitivity",
+            "1024,16384",
+            "--format",
+            "json",
+        ],
+        capsys,
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["kv_bytes_per_token"] == 131_072
@@ -57,8 +89,20 @@ def test_fleet_from_a_model_and_gib(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_fleet_text_shows_the_sensitivity_table(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(["fleet", "--peak-concurrent", "10000", "--avg-context", "8000", "--kv-bytes-per-token",
-                         "50000", "--usable-cache-gb", "61"], capsys)
+    code, out, _ = _run(
+        [
+            "fleet",
+            "--peak-concurrent",
+            "10000",
+            "--avg-context",
+            "8000",
+            "--kv-bytes-per-token",
+            "50000",
+            "--usable-cache-gb",
+            "61",
+        ],
+        capsys,
+    )
     assert code == 0
     assert "GPUs              66" in out
     assert "32,000       263" in out

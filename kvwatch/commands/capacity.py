@@ -243,12 +243,21 @@ def capacity(
         for entry in catalogue.CATALOGUE:
             typer.echo(f"{entry.model_id:<40} {entry.citation}")
         return
-    pools = [f for f, v in (("--kv-cache-gib", kv_cache_gib), ("--kv-cache-tokens", kv_cache_tokens),
-                            ("--from-log", from_log)) if v is not None]
+    pools = [
+        f
+        for f, v in (("--kv-cache-gib", kv_cache_gib), ("--kv-cache-tokens", kv_cache_tokens), ("--from-log", from_log))
+        if v is not None
+    ]
     if len(pools) > 1:
         raise UsageError(f"give one measured pool, not {' and '.join(pools)}")
-    for flag, value in (("--tp", tp), ("--pp", pp), ("--block-size", block_size), ("--max-model-len", max_model_len),
-                        ("--kv-cache-tokens", kv_cache_tokens), ("--max-num-batched-tokens", max_num_batched_tokens)):
+    for flag, value in (
+        ("--tp", tp),
+        ("--pp", pp),
+        ("--block-size", block_size),
+        ("--max-model-len", max_model_len),
+        ("--kv-cache-tokens", kv_cache_tokens),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+    ):
         _positive(flag, value)
     if (prompt_tokens is None) != (output_tokens is None):
         raise UsageError("give --prompt-tokens and --output-tokens together (use 0 for none)")
@@ -279,9 +288,14 @@ def capacity(
 
     changes: dict[str, Any] = {}
     settings: tuple[tuple[str, object], ...] = (
-        ("kv_cache_dtype", kv_cache_dtype), ("tp", tp), ("pp", pp), ("block_size", block_size),
-        ("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens),
-        ("prefix_caching", prefix_caching), ("gpu_memory_utilization", gpu_memory_utilization),
+        ("kv_cache_dtype", kv_cache_dtype),
+        ("tp", tp),
+        ("pp", pp),
+        ("block_size", block_size),
+        ("max_model_len", max_model_len),
+        ("max_num_batched_tokens", max_num_batched_tokens),
+        ("prefix_caching", prefix_caching),
+        ("gpu_memory_utilization", gpu_memory_utilization),
     )
     for key, setting in settings:
         if setting is not None:

@@ -203,9 +203,7 @@ def _layer_kinds(rule: str, cfg: Mapping[str, Any], layers: int, source: str) ->
     if rule == "layer_types" or (cfg.get("layer_types") is not None and rule not in ("jamba",)):
         types = cfg.get("layer_types")
         if not isinstance(types, list) or len(types) != layers:
-            raise UsageError(
-                f"{_where(source, 'layer_types')} must list one type per layer ({layers} layers)"
-            )
+            raise UsageError(f"{_where(source, 'layer_types')} must list one type per layer ({layers} layers)")
         kinds: list[LayerKind] = []
         for t in types:
             if t in ("sliding_attention", "chunked_attention"):

@@ -431,8 +431,14 @@ def default_weights_bytes(arch: Architecture, tp: int, pp: int) -> int | None:
 
 def estimate(arch: Architecture, dep: Deployment) -> CapacityEstimate:
     """Everything ``kvwatch capacity`` reports for one model and deployment."""
-    layout = kv_layout(arch, kv_cache_dtype=dep.kv_cache_dtype, tp=dep.tp, pp=dep.pp, block_size=dep.block_size,
-                       legacy=legacy_allocator(dep.vllm_version))
+    layout = kv_layout(
+        arch,
+        kv_cache_dtype=dep.kv_cache_dtype,
+        tp=dep.tp,
+        pp=dep.pp,
+        block_size=dep.block_size,
+        legacy=legacy_allocator(dep.vllm_version),
+    )
     max_len = dep.max_model_len or arch.max_position_embeddings
     mnbt = dep.max_num_batched_tokens
     weights = dep.weights_bytes if dep.weights_bytes is not None else default_weights_bytes(arch, dep.tp, dep.pp)
@@ -606,21 +612,41 @@ def levers(arch: Architecture, dep: Deployment) -> list[LeverRow]:
     rows: list[LeverRow] = []
     if base.pool_blocks is None:
         names = (
-            "fp8_kv_cache", "int4_weights", "fp8_weights", "prefix_caching", "gpu_memory_utilization_plus_0_05",
-            "tensor_parallel_x2", "fewer_prompt_tokens", "max_model_len_half",
+            "fp8_kv_cache",
+            "int4_weights",
+            "fp8_weights",
+            "prefix_caching",
+            "gpu_memory_utilization_plus_0_05",
+            "tensor_parallel_x2",
+            "fewer_prompt_tokens",
+            "max_model_len_half",
         )
-        return [_unknown(n, "needs a pool: --gpu-memory-gib, --kv-cache-gib, --kv-cache-tokens or --from-log")
-                for n in names]
+        return [
+            _unknown(n, "needs a pool: --gpu-memory-gib, --kv-cache-gib, --kv-cache-tokens or --from-log")
+            for n in names
+        ]
     # Every lever starts from the same pool in bytes, so a measured pool in tokens moves correctly
     # when bytes/token change.
-    pooled = replace(dep, pool_blocks=None, pool_tokens=None, pool_bytes=base.pool_bytes, gpu_memory_bytes=None,
-                     weights_bytes=base.weights_bytes)
+    pooled = replace(
+        dep,
+        pool_blocks=None,
+        pool_tokens=None,
+        pool_bytes=base.pool_bytes,
+        gpu_memory_bytes=None,
+        weights_bytes=base.weights_bytes,
+    )
 
     if kv_dtype_bytes(dep.kv_cache_dtype, arch) == 1:
         rows.append(_unchanged("fp8_kv_cache", base, f"the KV cache is already 1 byte ({dep.kv_cache_dtype})"))
     else:
-        rows.append(_row("fp8_kv_cache", estimate(arch, replace(pooled, kv_cache_dtype="fp8")), base,
-                         "--kv-cache-dtype fp8: 1 byte per element"))
+        rows.append(
+            _row(
+                "fp8_kv_cache",
+                estimate(arch, replace(pooled, kv_cache_dtype="fp8")),
+                base,
+                "--kv-cache-dtype fp8: 1 byte per element",
+            )
+        )
 
     rows.append(_weights_lever("int4_weights", arch, dep, base, pooled, INT4_BYTES_PER_PARAM))
     rows.append(_weights_lever("fp8_weights", arch, dep, base, pooled, FP8_BYTES_PER_PARAM))
@@ -630,24 +656,44 @@ def levers(arch: Architecture, dep: Deployment) -> list[LeverRow]:
         rows.append(_unchanged("prefix_caching", base, "no shared prefix stated (--shared-prefix-tokens)"))
     elif dep.prefix_caching:
         without = estimate(arch, replace(pooled, prefix_caching=False))
-        rows.append(_unchanged(
-            "prefix_caching", base,
-            f"already counted (prefix caching is on); without it: {without.max_concurrency or 0:.2f}",
-        ))
+        rows.append(
+            _unchanged(
+                "prefix_caching",
+                base,
+                f"already counted (prefix caching is on); without it: {without.max_concurrency or 0:.2f}",
+            )
+        )
     else:
-        rows.append(_row("prefix_caching", estimate(arch, replace(pooled, prefix_caching=True)), base,
-                         f"--enable-prefix-caching: the {req.shared_prefix_tokens:,}-token prefix stored once"))
+        rows.append(
+            _row(
+                "prefix_caching",
+                estimate(arch, replace(pooled, prefix_caching=True)),
+                base,
+                f"--enable-prefix-caching: the {req.shared_prefix_tokens:,}-token prefix stored once",
+            )
+        )
 
     if dep.gpu_memory_bytes is None:
         rows.append(_unknown("gpu_memory_utilization_plus_0_05", "needs the GPU memory: pass --gpu-memory-gib"))
     elif dep.gpu_memory_utilization + 0.05 > 1.0:
-        rows.append(_unchanged("gpu_memory_utilization_plus_0_05", base,
-                               f"--gpu-memory-utilization is {dep.gpu_memory_utilization}; no room for +0.05"))
+        rows.append(
+            _unchanged(
+                "gpu_memory_utilization_plus_0_05",
+                base,
+                f"--gpu-memory-utilization is {dep.gpu_memory_utilization}; no room for +0.05",
+            )
+        )
     else:
         extra = int(dep.gpu_memory_bytes * 0.05)
         est = estimate(arch, replace(pooled, pool_bytes=(pooled.pool_bytes or 0) + extra))
-        rows.append(_row("gpu_memory_utilization_plus_0_05", est, base,
-                         f"--gpu-memory-utilization {dep.gpu_memory_utilization + 0.05:.2f}: +{extra / GIB:.2f} GiB"))
+        rows.append(
+            _row(
+                "gpu_memory_utilization_plus_0_05",
+                est,
+                base,
+                f"--gpu-memory-utilization {dep.gpu_memory_utilization + 0.05:.2f}: +{extra / GIB:.2f} GiB",
+            )
+        )
 
     tp2 = dep.tp * 2
     if arch.num_attention_heads % tp2:
@@ -655,8 +701,15 @@ def levers(arch: Architecture, dep: Deployment) -> list[LeverRow]:
         rows.append(_unknown("tensor_parallel_x2", f"{heads} attention heads do not split over TP {tp2}"))
     else:
         freed = (base.weights_bytes or 0) - (base.weights_bytes or 0) // 2
-        est = estimate(arch, replace(pooled, tp=tp2, pool_bytes=(pooled.pool_bytes or 0) + freed,
-                                     weights_bytes=(base.weights_bytes or 0) // 2))
+        est = estimate(
+            arch,
+            replace(
+                pooled,
+                tp=tp2,
+                pool_bytes=(pooled.pool_bytes or 0) + freed,
+                weights_bytes=(base.weights_bytes or 0) // 2,
+            ),
+        )
         why = "per GPU; twice the GPUs"
         if base.weights_bytes is None:
             why += "; weights unknown, so no freed memory counted"
@@ -671,17 +724,26 @@ def levers(arch: Architecture, dep: Deployment) -> list[LeverRow]:
     else:
         prompt = req.prompt_tokens * 3 // 4
         smaller = RequestShape(prompt, req.output_tokens, min(req.shared_prefix_tokens, prompt))
-        rows.append(_row("fewer_prompt_tokens", estimate(arch, replace(pooled, request=smaller)), base,
-                         f"prompt {req.prompt_tokens:,} -> {prompt:,} tokens (-25 %)"))
+        rows.append(
+            _row(
+                "fewer_prompt_tokens",
+                estimate(arch, replace(pooled, request=smaller)),
+                base,
+                f"prompt {req.prompt_tokens:,} -> {prompt:,} tokens (-25 %)",
+            )
+        )
 
     if base.max_model_len:
         half = base.max_model_len // 2
         shown = estimate(arch, replace(pooled, max_model_len=half)).max_concurrency_at_max_model_len
-        rows.append(_unchanged(
-            "max_model_len_half", base,
-            f"no change to the pool: a request's KV depends on its own length; only vLLM's startup ratio "
-            f"at {half:,} tokens reads {shown or 0:.2f}x",
-        ))
+        rows.append(
+            _unchanged(
+                "max_model_len_half",
+                base,
+                f"no change to the pool: a request's KV depends on its own length; only vLLM's startup ratio "
+                f"at {half:,} tokens reads {shown or 0:.2f}x",
+            )
+        )
     else:
         rows.append(_unchanged("max_model_len_half", base, "no change to the pool"))
     return rows
@@ -772,8 +834,14 @@ def _observed_arch(doc: Mapping[str, Any]) -> Architecture | None:
     per_token = float(gib) * GIB / tokens
     head_dim = max(1, round(per_token / 4))  # 2 (K and V) x 2 bytes x 1 head x 1 layer
     return Architecture(
-        name="observed", architecture_class="observed", layer_kinds=("full",), num_attention_heads=1,
-        kv_heads=1, head_dim=head_dim, dtype="bfloat16", source="KV memory / pool tokens from the log",
+        name="observed",
+        architecture_class="observed",
+        layer_kinds=("full",),
+        num_attention_heads=1,
+        kv_heads=1,
+        head_dim=head_dim,
+        dtype="bfloat16",
+        source="KV memory / pool tokens from the log",
     )
 
 
@@ -853,8 +921,14 @@ def check_against_log(doc: Mapping[str, Any], arch: Architecture, dep: Deploymen
     computed one (``capacity.computed_gpu_blocks``, when the reader provides it, is used instead).
     """
     dep = dep or deployment_from_analysis(doc, arch)
-    layout = kv_layout(arch, kv_cache_dtype=dep.kv_cache_dtype, tp=dep.tp, pp=dep.pp, block_size=dep.block_size,
-                       legacy=legacy_allocator(dep.vllm_version))
+    layout = kv_layout(
+        arch,
+        kv_cache_dtype=dep.kv_cache_dtype,
+        tp=dep.tp,
+        pp=dep.pp,
+        block_size=dep.block_size,
+        legacy=legacy_allocator(dep.vllm_version),
+    )
     gib = _num(doc, "capacity", "kv_cache_memory_gib")
     printed_blocks = _int_or_none(_num(doc, "capacity", "gpu_blocks"))
     computed_blocks = _int_or_none(_num(doc, "capacity", "computed_gpu_blocks"))
@@ -892,13 +966,17 @@ def check_against_log(doc: Mapping[str, Any], arch: Architecture, dep: Deploymen
             out["predicted_tokens_range"] = [min(lows), max(highs)]
             out["pool_within_one_block"] = any(a <= printed_tokens <= b for a, b in zip(lows, highs, strict=True))
         if max_len and printed_blocks is None:
-            conc = [max_concurrency_at_max_model_len(layout, b, max_len, mnbt, dep.vllm_version)
-                    for b in (max(0, low - 1), high + 1)]
+            conc = [
+                max_concurrency_at_max_model_len(layout, b, max_len, mnbt, dep.vllm_version)
+                for b in (max(0, low - 1), high + 1)
+            ]
             out["predicted_max_concurrency_range"] = [round(conc[0], 2), round(conc[1], 2)]
             if _is_num(ratio):
-                out["max_concurrency_matches"] = out["predicted_max_concurrency_range"][0] <= round(
-                    float(ratio), 2
-                ) <= out["predicted_max_concurrency_range"][1]
+                out["max_concurrency_matches"] = (
+                    out["predicted_max_concurrency_range"][0]
+                    <= round(float(ratio), 2)
+                    <= out["predicted_max_concurrency_range"][1]
+                )
     if printed_blocks is not None and max_len:
         predicted = max_concurrency_at_max_model_len(
             layout, printed_blocks, max_len, dep.max_num_batched_tokens, dep.vllm_version
