@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kvwatch")
 
+# The log position is saved at most this often (and at shutdown): saving it for every batch cost
+# more CPU than parsing at 500 lines/s. A SIGKILL can therefore re-read up to a second of lines.
+COMMIT_INTERVAL_SECONDS = 1.0
+
 
 class LineParser(Protocol):
     """The log parser's incremental face (kvwatch.parse.log.LogParser)."""
@@ -91,6 +95,8 @@ class Sidecar:
         self.registry.register(StateCollector(self.state.samples, self.lock, clock))
         self.server = MetricsServer(self.registry, listen, healthy=lambda: not self.stopping.is_set())
         self._threads: list[threading.Thread] = []
+        self._uncommitted = False
+        self._last_commit = 0.0
         self.log_finished = threading.Event()
 
     # ------------------------------------------------------------------ steps (also driven by tests)
@@ -125,10 +131,21 @@ class Sidecar:
             ok, error = status.up, status.last_error
         if batch:
             self.feed_lines(batch)
-            self.lines.commit()
+            self._uncommitted = True
+        if self._uncommitted and time.monotonic() - self._last_commit >= COMMIT_INTERVAL_SECONDS:
+            self._commit()
         with self.lock:
             events = self.state.on_source("log", ok, self.clock(), time.perf_counter() - started, error)
         _emit(events)
+
+    def _commit(self) -> None:
+        assert self.lines is not None
+        try:
+            self.lines.commit()
+        except Exception as exc:  # a full disk must not stop the sidecar; the source reports it
+            log.warning("source: log position not saved: %s", exc)
+        self._uncommitted = False
+        self._last_commit = time.monotonic()
 
     def scrape_once(self) -> None:
         """One scrape applied to the state."""
@@ -160,7 +177,9 @@ class Sidecar:
         while not self.stopping.is_set():
             started = time.monotonic()
             self.scrape_once()
-            self.stopping.wait(max(0.0, self.scrape_interval - (time.monotonic() - started)))
+            # The scraper backs off after failures (doubling up to its maximum); else the interval.
+            delay = getattr(self.scraper, "next_delay", lambda: self.scrape_interval)()
+            self.stopping.wait(max(0.0, delay - (time.monotonic() - started)))
 
     def start(self) -> Sidecar:
         """Start serving and reading."""
@@ -179,6 +198,8 @@ class Sidecar:
         for thread in self._threads:
             thread.join(timeout=5)
         if self.lines is not None:
+            if self._uncommitted:
+                self._commit()
             self.lines.close()
         self.server.close()
 
@@ -297,4 +318,57 @@ def _redact(url: str | None) -> str:
 
 def expected_for(arch: Architecture, facts: dict[str, object], settings: WatchSettings) -> Expected | None:
     """The config.json expectation under the server's settings as known now (log, cache_config, flags)."""
-    return None  # filled in with kvwatch.reconcile.capacity
+    from kvwatch.reconcile import capacity
+
+    known = dict(facts)
+    # /metrics' cache_config_info stands in for what the log did not say (e.g. the sidecar started late).
+    for field, key in (
+        ("config.block_size", "cache_config.block_size"),
+        ("config.kv_cache_dtype", "cache_config.cache_dtype"),
+    ):
+        if known.get(field) is None and known.get(key) is not None:
+            known[field] = known[key]
+    for field, value in (
+        ("config.kv_cache_dtype", settings.kv_cache_dtype),
+        ("config.tensor_parallel_size", settings.tensor_parallel_size),
+    ):
+        if known.get(field) is None and value is not None:
+            known[field] = value
+    known = {k: v for k, v in known.items() if not k.startswith("cache_config.")}
+    try:
+        base = capacity.expected_from_facts(arch, known)
+    except UsageError as exc:
+        log.warning("mismatch: no expectation from %s: %s", arch.name, exc)
+        return None
+
+    def pool_tokens_for(kv_bytes: float) -> float:
+        est = capacity.expected_from_facts(arch, {**known, "capacity.kv_cache_memory_gib": kv_bytes / (1 << 30)})
+        return float(est.pool_tokens or 0)
+
+    def whatif(pool_tokens: float, request_tokens: float) -> dict[str, float]:
+        """Max concurrency at the observed request size if one lever were pulled."""
+        facts_now = {**known, "capacity.kv_cache_tokens": int(pool_tokens), "requests.p95_tokens": int(request_tokens)}
+        facts_now.pop("capacity.kv_cache_memory_gib", None)
+        facts_now.pop("capacity.gpu_blocks", None)
+        dep = capacity.deployment_from_analysis(capacity_doc(facts_now), arch)
+        try:
+            rows = capacity.levers(arch, dep)
+        except UsageError:
+            return {}
+        return {r.lever: r.max_concurrency for r in rows if r.max_concurrency is not None}
+
+    return Expected(bytes_per_token=float(base.kv_bytes_per_token), pool_tokens_for=pool_tokens_for, whatif=whatif)
+
+
+def capacity_doc(facts: dict[str, object]) -> dict[str, object]:
+    """Dotted fact paths -> the nested analyze-document shape the capacity model reads."""
+    doc: dict[str, object] = {}
+    for key, value in facts.items():
+        node = doc
+        *parents, leaf = key.split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            assert isinstance(child, dict)
+            node = child
+        node[leaf] = value
+    return doc

@@ -22,7 +22,7 @@ from kvwatch.settings import WatchSettings, env_name
 
 def _opt(field: str, help_text: str, *flags: str, **kw: Any) -> Any:
     """A typer option whose help names the KVWATCH_* variable that also sets it."""
-    return typer.Option(*flags, help=f"{help_text} [env: {env_name(field)}]", show_default=False, **kw)
+    return typer.Option(*flags, help=f"{help_text} (env {env_name(field)})", show_default=False, **kw)
 
 
 LogOpt = Annotated[str | None, _opt("log", "vLLM log file to follow, or - for stdin.", "--log")]
@@ -32,24 +32,24 @@ ModelConfigOpt = Annotated[
 ]
 ModelOpt = Annotated[str | None, _opt("model", "Model id or catalogue name (instead of --model-config).", "--model")]
 ListenOpt = Annotated[
-    str | None, _opt("listen", "HOST:PORT for /metrics and /healthz [default 0.0.0.0:9400].", "--listen")
+    str | None, _opt("listen", "HOST:PORT for /metrics and /healthz (default 0.0.0.0:9400).", "--listen")
 ]
 IntervalOpt = Annotated[
-    float | None, _opt("scrape_interval", "Seconds between /metrics scrapes [default 5].", "--scrape-interval")
+    float | None, _opt("scrape_interval", "Seconds between /metrics scrapes (default 5).", "--scrape-interval")
 ]
 TimeoutOpt = Annotated[
-    float | None, _opt("scrape_timeout", "Seconds before a scrape is abandoned [default 3].", "--scrape-timeout")
+    float | None, _opt("scrape_timeout", "Seconds before a scrape is abandoned (default 3).", "--scrape-timeout")
 ]
 TokenOpt = Annotated[str | None, _opt("bearer_token", "Bearer token for a protected /metrics.", "--bearer-token")]
-InsecureOpt = Annotated[bool | None, _opt("insecure", "Skip TLS verification of --metrics-url.", "--insecure")]
+InsecureOpt = Annotated[bool, _opt("insecure", "Skip TLS verification of --metrics-url.", "--insecure")]
 CaOpt = Annotated[Path | None, _opt("ca_file", "CA bundle for --metrics-url.", "--ca-file")]
-FromStartOpt = Annotated[bool | None, _opt("from_start", "Read the log from its start, not its end.", "--from-start")]
+FromStartOpt = Annotated[bool, _opt("from_start", "Read the log from its start, not its end.", "--from-start")]
 StateDirOpt = Annotated[Path | None, _opt("state_dir", "Keep the log position here across restarts.", "--state-dir")]
 ReplayOpt = Annotated[Path | None, _opt("replay", "Replay a saved log at its recorded pace.", "--replay")]
-SpeedOpt = Annotated[float | None, _opt("speed", "Replay pace multiplier [default 1].", "--speed")]
-WindowOpt = Annotated[float | None, _opt("window", "Saturation window W in seconds [default 60].", "--window")]
+SpeedOpt = Annotated[float | None, _opt("speed", "Replay pace multiplier (default 1).", "--speed")]
+WindowOpt = Annotated[float | None, _opt("window", "Saturation window W in seconds (default 60).", "--window")]
 ThresholdOpt = Annotated[
-    float | None, _opt("threshold", "KV usage peak 0..1 for memory_bound [default 0.9].", "--threshold")
+    float | None, _opt("threshold", "KV usage peak 0..1 for memory_bound (default 0.9).", "--threshold")
 ]
 MaxSeqsOpt = Annotated[
     int | None, _opt("max_num_seqs", "vLLM's max_num_seqs if the log does not say.", "--max-num-seqs")
@@ -61,7 +61,8 @@ TpOpt = Annotated[
 
 
 def _settings(**flags: Any) -> WatchSettings:
-    given = {k: v for k, v in flags.items() if v is not None}
+    # Unset flags (None, or a boolean flag left off) leave the field to KVWATCH_* or the default.
+    given = {k: v for k, v in flags.items() if v is not None and v is not False}
     try:
         return WatchSettings(**given)
     except ValidationError as exc:
@@ -79,9 +80,9 @@ def watch(
     scrape_interval: IntervalOpt = None,
     scrape_timeout: TimeoutOpt = None,
     bearer_token: TokenOpt = None,
-    insecure: InsecureOpt = None,
+    insecure: InsecureOpt = False,
     ca_file: CaOpt = None,
-    from_start: FromStartOpt = None,
+    from_start: FromStartOpt = False,
     state_dir: StateDirOpt = None,
     replay: ReplayOpt = None,
     speed: SpeedOpt = None,
@@ -130,7 +131,7 @@ def run(
     scrape_interval: IntervalOpt = None,
     scrape_timeout: TimeoutOpt = None,
     bearer_token: TokenOpt = None,
-    insecure: InsecureOpt = None,
+    insecure: InsecureOpt = False,
     ca_file: CaOpt = None,
     window: WindowOpt = None,
     threshold: ThresholdOpt = None,

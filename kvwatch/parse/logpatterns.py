@@ -80,9 +80,18 @@ STATS_PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("external_prefix_hit_pct", re.compile(r"External prefix cache hit rate: ([\d.]+)%")),  # V1 0.11.1+
     ("mm_cache_hit_pct", re.compile(r"MM cache hit rate: ([\d.]+)%")),  # V1 0.11.1+
 )
+# The common layouts in one pass (V0 0.4.1-0.10.2; V1 0.7.3-0.33 up to the prefix hit rate): most
+# records are read with this one regex; a record with parts after it (External prefix, MM cache,
+# Corrupted, KV fetch) or any other layout goes through STATS_PARTS.
+STATS_FAST = re.compile(
+    r"Avg prompt throughput: (-?[\d.]+) tokens/s, Avg generation throughput: (-?[\d.]+) tokens/s, "
+    r"Running: (\d+) reqs, (?:Swapped: (\d+) reqs, )?(?:Pending|Waiting): (\d+) reqs, "
+    r"(?:Deferred: (\d+) reqs, )?(?:Preemptions: (\d+), )?([A-Z]{3}) KV cache usage: ([\d.]+)%"
+    r"(?:, CPU KV cache usage: ([\d.]+)%)?(?:, Prefix cache hit rate: ([\d.]+)%)?"
+)
 # "<DEVICE> KV cache usage: X%": "GPU" (all versions), V0's second "CPU" (swap space), and from
 # 0.30 the upper-cased device type ("CPU", "XPU", ...) of non-CUDA backends.
-STATS_KV_USAGE = re.compile(r"([A-Za-z][A-Za-z0-9]*(?: \+ host)?) KV cache usage: ([\d.]+)%")
+STATS_KV_USAGE = re.compile(r"(?<![A-Za-z0-9])([A-Za-z][A-Za-z0-9]*(?: \+ host)?) KV cache usage: ([\d.]+)%")
 
 # V0 0.5.5-0.10.2: a separate record after the stats line.
 PREFIX_HIT_V0 = re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%, CPU: ([\d.]+)%")
@@ -375,10 +384,11 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "blocks_override",
         "num_gpu_blocks_override",
-        r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=(\d+)",
+        r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)",
         "0.7-0.33",
-        "--num-gpu-blocks-override replaces the computed pool",
-        fields=("capacity.gpu_blocks",),
+        "--num-gpu-blocks-override replaces the computed pool; the computed count is what the KV memory"
+        " held, which the sidecar needs to check bytes per token against config.json",
+        fields=("capacity.computed_gpu_blocks", "capacity.gpu_blocks"),
         phase=5,
     ),
     _row(
@@ -508,6 +518,13 @@ LINE_KINDS: tuple[LineKind, ...] = (
         error="engine_dead",
     ),
 )
+
+# The few literals a large log is scanned for in full (one pass each): every stats record has
+# "KV cache usage", and every runtime record (preemption, capacity errors, OOM, engine death) has
+# one of these. Startup lines (banner, args, weights, blocks, ...) cluster around a "cache"/"memory"
+# startup line (config dump kv_cache_dtype=, KV cache size, Available KV cache memory, profiling),
+# so the scanner looks for PREFILTER_ANCHORS only in a window around those.
+PRIMARY_ANCHORS: tuple[bytes, ...] = (b"cache", b"emory", b"EngineDead")
 
 # Literals that together cover every row above (each row's anchor contains one of them), every
 # stats record (STATS_START), the V0 prefix-hit and preemption records, request markers and the

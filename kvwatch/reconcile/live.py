@@ -213,16 +213,17 @@ class LiveState:
         info["duration"] = duration
         if ok:
             info["last_success"] = now
-        else:
+        elif error is not None:  # down without an error is "no data yet" (file not there yet)
             info["errors"] = (info["errors"] or 0.0) + 1
         was = self._source_up.get(source)
         self._source_up[source] = ok
-        if was is None and ok:
+        if was is ok or (was is None and ok):
             return []
-        if was is not ok:
-            what = "recovered" if ok else f"down: {error or 'unknown error'}"
-            return [Event("source", f"source {source} {what}")]
-        return []
+        if ok:
+            return [Event("source", f"source {source} recovered")]
+        if error is None:
+            return [Event("source", f"source {source} has no data yet (waiting for it to appear)")]
+        return [Event("source", f"source {source} down: {error}")]
 
     # ------------------------------------------------------------------ derived values
 
@@ -252,12 +253,11 @@ class LiveState:
             out["metrics"] = m_blocks * m_block_size
         expected = self.expected()
         kv_bytes = self.kv_memory_bytes()
-        override = _num(self.facts.get("capacity.num_gpu_blocks_override")) or _num(
-            self.cache_config.get("num_gpu_blocks_override")
-        )
-        if override is not None and (block_size or m_block_size):
+        override = self._override_blocks()
+        size = block_size or m_block_size
+        if override is not None and size:
             # --num-gpu-blocks-override replaces vLLM's computed pool: the expectation is the override.
-            out["config"] = override * float(block_size or m_block_size or 0)
+            out["config"] = override * size
         elif expected and expected.pool_tokens_for and kv_bytes is not None:
             out["config"] = expected.pool_tokens_for(kv_bytes)
         return out
@@ -278,9 +278,21 @@ class LiveState:
         kv_bytes = self.kv_memory_bytes()
         pool = self.pool_tokens()
         observed_pool = pool.get("log") or pool.get("metrics")
-        if kv_bytes and observed_pool and "capacity.num_gpu_blocks_override" not in self.facts:
+        computed = _num(self.facts.get("capacity.computed_gpu_blocks"))
+        block_size = _num(self.facts.get("config.block_size")) or _num(self.cache_config.get("block_size"))
+        if computed is not None and block_size:
+            # With an override, the KV memory held the blocks vLLM computed before overriding.
+            observed_pool = computed * block_size
+        elif self._override_blocks() is not None:
+            observed_pool = None  # the pool is the override, unrelated to the memory figure
+        if kv_bytes and observed_pool:
             out["observed"] = kv_bytes / observed_pool
         return out
+
+    def _override_blocks(self) -> float | None:
+        if "capacity.computed_gpu_blocks" in self.facts:
+            return _num(self.facts.get("capacity.gpu_blocks"))
+        return _num(self.cache_config.get("num_gpu_blocks_override"))
 
     def max_model_len(self) -> float | None:
         """max_model_len as the log or the concurrency line states it."""
@@ -481,10 +493,7 @@ class LiveState:
             return []
         before, eng.state = eng.state, state
         peak = eng.judge.peak_kv_usage()
-        detail = (
-            f"running {_fmt(running)}, waiting {_fmt(waiting)}, "
-            f"KV usage {_pct(kv)}%, peak {_pct(peak)}%"
-        )
+        detail = f"running {_fmt(running)}, waiting {_fmt(waiting)}, KV usage {_pct(kv)}%, peak {_pct(peak)}%"
         return [
             Event("state", f"engine {eng.engine} ({self._model_name(eng)}): {before or 'start'} -> {state} ({detail})")
         ]
@@ -512,7 +521,7 @@ class LiveState:
             return "fp8 KV cache requested but not applied by vLLM"
         if check == "bytes_per_token" and tp > 1 and abs(ratio - tp) < 0.1 * tp:
             return f"tensor-parallel split: KV heads per GPU differ from total/{int(tp)}"
-        if "capacity.num_gpu_blocks_override" in self.facts:
+        if self._override_blocks() is not None:
             return "--num-gpu-blocks-override replaced the computed pool"
         if check in ("pool_tokens", "max_concurrency") and ratio > 1.0:
             return "hybrid or sliding-window layout: vLLM counts windowed layers differently"
