@@ -10,7 +10,8 @@ the prediction is a block range (vllm-formats.md §7.5); "ok" = the printed pool
 block of it. The concurrency is predicted from the printed blocks with vLLM's formula and compared
 to 2 decimals. With --num-gpu-blocks-override vLLM prints its computed count in the override line;
 that count is the one compared (read here with a regex, as the analyze reader keeps only the final
-pool).
+pool). TP and the other settings are the analyze document's, i.e. the last value the log states: in
+a log of two runs (025) that can pair one run's TP with the other's KV memory.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from kvwatch.errors import UsageError
 from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.architecture import resolve_model
-from kvwatch.reconcile.capacity import check_against_log
+from kvwatch.reconcile.capacity import check_against_log, deployment_from_analysis
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
@@ -54,6 +55,7 @@ def compare(log: Path, model: str | None, where: str) -> dict[str, Any] | None:
         "log": log.name if log.parent.name == "logs" else f"{log.parent.name}/{log.name}",
         "model": arch.name.split("/")[-1],
         "where": where,
+        "tp": deployment_from_analysis(doc, arch).tp,
         **check,
     }
 
@@ -65,7 +67,7 @@ def _fmt(row: dict[str, Any]) -> str:
     pool_ok = {True: "ok", False: "MISMATCH", None: "-"}[row["pool_within_one_block"]]
     conc_ok = {True: "ok", False: "MISMATCH", None: "-"}[row["max_concurrency_matches"]]
     return (
-        f"| {row['log']} | {row['model']} ({row['where']}) | {row['kv_cache_memory_gib']} GiB | "
+        f"| {row['log']} | {row['model']} ({row['where']}) | {row['tp']} | {row['kv_cache_memory_gib']} GiB | "
         f"{rng[0]:,}-{rng[1]:,} | {'-' if printed is None else f'{printed:,}'}{final} | {pool_ok} | "
         f"{row['tokens_per_request'] or '-'} | {row['predicted_max_concurrency'] or '-'} | "
         f"{row['max_concurrency'] or '-'} | {conc_ok} |"
@@ -86,10 +88,10 @@ def main(argv: list[str]) -> int:
             if row:
                 rows.append(row)
     print(
-        "| log | model | vLLM KV memory | predicted blocks | vLLM blocks | pool | max_model_len "
+        "| log | model | TP | vLLM KV memory | predicted blocks | vLLM blocks | pool | max_model_len "
         "| predicted x | vLLM x | concurrency |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         print(_fmt(row))
     bad = [r for r in rows if r["pool_within_one_block"] is False or r["max_concurrency_matches"] is False]
