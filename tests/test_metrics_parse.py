@@ -350,6 +350,16 @@ def _drop_hashes(text: str) -> str:
     return re.sub(r"^# (HELP|TYPE) ", r"\1 ", text, flags=re.MULTILINE)
 
 
+def _hard_wrap(width: int) -> Any:
+    """A terminal's hard wrap: every line cut into pieces of ``width`` characters."""
+
+    def wrap(text: str) -> str:
+        pieces = [line[i:i + width] for line in text.splitlines() for i in range(0, max(len(line), 1), width)]
+        return "\n".join(pieces) + "\n"
+
+    return wrap
+
+
 DAMAGE = [
     ("blockquote", _quote),
     ("nested_blockquote", lambda t: _quote(_quote(t))),
@@ -358,6 +368,8 @@ DAMAGE = [
     ("double_hash_headings", lambda t: re.sub(r"^# (HELP|TYPE) ", r"## \1 ", t, flags=re.MULTILINE)),
     ("crlf_and_code_fence", lambda t: "```\r\n" + t.replace("\n", "\r\n") + "```\r\n"),
     ("inline_backticks", lambda t: "".join(f"`{line}`\n" for line in t.splitlines())),
+    ("hard_wrapped_at_159_columns", _hard_wrap(159)),
+    ("hard_wrapped_at_80_columns_inside_values_and_type_lines", _hard_wrap(80)),
 ]
 
 
@@ -394,6 +406,15 @@ def test_skipped_examples_never_copy_request_content() -> None:
     snap = parse_exposition(text)
     assert snap.skipped_lines == 1
     assert "secret" not in repr(snap)
+
+
+def test_a_wrapped_line_is_not_glued_to_a_line_that_reads_on_its_own() -> None:
+    text = ('vllm:num_requests_running{engine="0",model_name="m"} 3\n'
+            'vllm:num_requests_waiting{engine="0",mo\n'
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n')
+    snap = parse_exposition(text)
+    assert (snap.engines[0].running, snap.engines[0].waiting, snap.engines[0].kv_usage_ratio) == (3.0, None, 0.5)
+    assert snap.skipped_lines == 1
 
 
 def test_a_type_line_with_an_unknown_kind_is_not_guessed() -> None:

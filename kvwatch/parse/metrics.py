@@ -217,7 +217,8 @@ def repair_exposition(text: str) -> list[RepairedLine]:
     - Code fences and inline-code backticks around a whole line are removed.
     - CR/CRLF endings and surrounding whitespace are dropped.
 
-    Everything else is left for the parser; nothing is guessed.
+    Everything else is left for the parser; nothing is guessed. (Sample lines a terminal wrapped
+    are glued back later, only where the parser proves the pieces belong together.)
     """
     out: list[RepairedLine] = []
     for number, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
@@ -306,12 +307,35 @@ def _read_samples(text: str) -> tuple[list[Sample], set[str], list[tuple[int, st
         samples, declared = _parse_block("\n".join(ln.text for ln in good))
     except Exception:  # the parser raises ValueError, IndexError, TypeError ... on bad lines
         kept: list[RepairedLine] = []
-        for ln in good:
+        in_help = False  # the previous line was a HELP line or a piece of its wrapped text
+        i = 0
+        while i < len(good):
+            ln = good[i]
             reason = _line_problem(ln.text)
             if reason is None:
                 kept.append(ln)
-            else:
+                in_help = ln.text.startswith("# HELP ")
+                i += 1
+                continue
+            rejoined = _rejoin_wrapped(good, i)
+            if rejoined is not None:
+                kept.append(rejoined[0])
+                in_help = False
+                i += rejoined[1]
+                continue
+            previous = kept[-1] if kept else None
+            if previous is not None and not previous.text.startswith("#") and not in_help:
+                glued = previous.text + ln.text
+                if _line_problem(glued) is None:
+                    # a sample wrapped inside its value ("... 1.79596" / "23446205237e+09"): the
+                    # first piece read on its own, the second cannot, together they read as one
+                    kept[-1] = RepairedLine(previous.number, glued)
+                    i += 1
+                    continue
+            if not in_help:
                 skipped.append((ln.number, f"line {ln.number}: {reason}"))
+            # else: the rest of a wrapped HELP text (documentation, not data), dropped unreported
+            i += 1
         try:
             samples, declared = _parse_block("\n".join(ln.text for ln in kept))
         except Exception:  # lines fine alone but not together: read each alone
@@ -338,6 +362,32 @@ def _parse_block(text: str) -> tuple[list[Sample], set[str]]:
             if len(parts) >= 3:
                 declared.add(parts[2])
     return samples, declared
+
+
+_SAMPLE_START = re.compile(rf"^{_METRIC_NAME}(\{{|\s|$)")
+_MAX_WRAP_PIECES = 40  # a 1,500-character cache_config_info line wrapped at 40 columns
+
+
+def _rejoin_wrapped(lines: list[RepairedLine], start: int) -> tuple[RepairedLine, int] | None:
+    """A sample or TYPE line hard-wrapped by a terminal, glued back: (line, pieces used) or None.
+
+    Long lines (``vllm:cache_config_info`` is 1-2 KB) arrive cut into pieces with newlines where
+    the terminal wrapped them. The pieces are joined only when the first piece is an unreadable
+    sample start, no later piece is a readable line or comment of its own, and the joined text
+    reads as one sample; otherwise nothing is guessed and the pieces are skipped.
+    """
+    first = lines[start].text
+    if not (_SAMPLE_START.match(first) or first.startswith("# TYPE ")):
+        return None
+    text = first
+    for j in range(start + 1, min(start + _MAX_WRAP_PIECES, len(lines))):
+        piece = lines[j].text
+        if not piece or piece.startswith("#") or _line_problem(piece) is None:
+            return None
+        text += piece
+        if _line_problem(text) is None:
+            return RepairedLine(lines[start].number, text), j - start + 1
+    return None
 
 
 def _line_problem(line: str) -> str | None:
