@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -26,12 +25,14 @@ from kvwatch.errors import UsageError
 from kvwatch.export.collector import StateCollector
 from kvwatch.export.server import MetricsServer
 from kvwatch.reconcile.live import Event, Expected, LiveState
-from kvwatch.records import LogRecord, MetricsSnapshot
+from kvwatch.records import LogRecord
 from kvwatch.settings import WatchSettings
 from kvwatch.sources.lines import LineSource
 
 if TYPE_CHECKING:
     from kvwatch.reconcile.architecture import Architecture
+    from kvwatch.sources.child import ChildProcess
+    from kvwatch.sources.scrape import MetricsScraper
 
 log = logging.getLogger("kvwatch")
 
@@ -52,23 +53,6 @@ class LineParser(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class ScrapeOutcome:
-    """What the sidecar needs from one scrape."""
-
-    ok: bool
-    snapshot: MetricsSnapshot | None
-    error: str | None
-    duration_seconds: float
-
-
-class Scraper(Protocol):
-    """The /metrics source (kvwatch.sources.scrape)."""
-
-    def scrape(self) -> ScrapeOutcome:
-        """One scrape; never raises for network or content trouble."""
-
-
 class Sidecar:
     """Runs the threads and serves /metrics until ``stop()``."""
 
@@ -78,7 +62,7 @@ class Sidecar:
         *,
         parser: LineParser,
         lines: LineSource | None,
-        scraper: Scraper | None,
+        scraper: MetricsScraper | None,
         listen: str,
         scrape_interval: float = 5.0,
         clock: Callable[[], float] = time.time,
@@ -122,6 +106,7 @@ class Sidecar:
         """Read what the log source has now and report the source's health."""
         assert self.lines is not None
         started = time.perf_counter()
+        error: str | None
         try:
             batch = [line.text for line in self.lines.poll()]
         except Exception as exc:  # a source bug must not kill the sidecar
@@ -152,8 +137,10 @@ class Sidecar:
         assert self.scraper is not None
         try:
             outcome = self.scraper.scrape()
-        except Exception as exc:
-            outcome = ScrapeOutcome(False, None, f"{type(exc).__name__}: {exc}", 0.0)
+        except Exception as exc:  # the scraper never raises by contract; a bug must not stop the sidecar
+            from kvwatch.sources.scrape import ScrapeResult
+
+            outcome = ScrapeResult(False, None, f"{type(exc).__name__}: {exc}", 0.0, self.clock())
         now = self.clock()
         with self.lock:
             events = self.state.on_source("metrics", outcome.ok, now, outcome.duration_seconds, outcome.error)
@@ -178,7 +165,7 @@ class Sidecar:
             started = time.monotonic()
             self.scrape_once()
             # The scraper backs off after failures (doubling up to its maximum); else the interval.
-            delay = getattr(self.scraper, "next_delay", lambda: self.scrape_interval)()
+            delay = self.scraper.next_delay() if self.scraper is not None else self.scrape_interval
             self.stopping.wait(max(0.0, delay - (time.monotonic() - started)))
 
     def start(self) -> Sidecar:
@@ -372,3 +359,12 @@ def capacity_doc(facts: dict[str, object]) -> dict[str, object]:
             node = child
         node[leaf] = value
     return doc
+
+
+def child_line_source(argv: list[str]) -> tuple[LineSource, ChildProcess]:
+    """Wrapper mode: start ``argv`` (vLLM) as a child whose output is passed through and read."""
+    from kvwatch.sources.child import ChildProcess
+
+    child = ChildProcess(argv)
+    child.start()
+    return child.lines, child

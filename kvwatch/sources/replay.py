@@ -101,8 +101,20 @@ class ReplaySource:
         """A replay keeps no position."""
 
     def close(self) -> None:
-        """Nothing held open between polls beyond the file iterator."""
-        self._lines = iter(())
+        """Close the file."""
+        close = getattr(self._lines, "close", None)
+        if close is not None:
+            close()
+
+    @property
+    def up(self) -> bool:
+        """A saved file is always readable once opened."""
+        return True
+
+    @property
+    def last_error(self) -> str | None:
+        """Replay reports no read errors (decoding is lenient)."""
+        return None
 
     def status(self) -> SourceStatus:
         """Up while reading; eof once every line was delivered."""
