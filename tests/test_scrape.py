@@ -253,12 +253,13 @@ def test_token_never_appears_in_an_error(server: FakeVllm) -> None:
 
 def test_a_reader_that_raises_is_a_failed_scrape_not_a_crash(server: FakeVllm) -> None:
     def broken_reader(text: str) -> object:
-        raise RuntimeError("reader bug")
+        raise RuntimeError(f"Invalid labels: {SECRET.decode()}")  # parser errors quote the line
 
     result = _scraper(server.url, reader=broken_reader).scrape()
     assert not result.ok
     assert result.error is not None
     assert "RuntimeError" in result.error
+    assert SECRET.decode() not in result.error
 
 
 BACKOFF_STEPS = [

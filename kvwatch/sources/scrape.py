@@ -230,7 +230,8 @@ class MetricsScraper:
             return f"{where}: cannot connect ({_root_cause(exc)})"
         if isinstance(exc, requests.exceptions.RequestException):
             return f"{where}: {type(exc).__name__}"
-        return f"{where}: {type(exc).__name__}: {_first_line(str(exc))[:200]}"
+        # the exception text may quote the body (parser errors do): name the kind only
+        return f"{where}: {type(exc).__name__} while reading the response"
 
 
 def _body_chunks(response: requests.Response) -> Iterator[bytes]:
