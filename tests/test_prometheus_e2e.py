@@ -115,8 +115,9 @@ class RecordedVllm:
         self.thread.start()
 
     def stop(self) -> None:
-        """Stop serving."""
-        self.server.shutdown()
+        """Stop serving (shutdown() would wait forever for a loop that never started)."""
+        if self.thread.is_alive():
+            self.server.shutdown()
         self.server.server_close()
 
 
