@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -231,3 +232,19 @@ def test_promtool_check_metrics_passes_on_the_exposition() -> None:
         [promtool, "check", "metrics"], input=generate_latest(registry), capture_output=True, check=False
     )
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+
+
+def test_footprint_of_real_seed_scrapes_reads_7500_plus_1000_tokens_not_the_last_bucket_bound() -> None:
+    # vLLM's prompt buckets stop at 5,000 for this server, so the 7,500-token prompts all sit in
+    # +Inf: histogram_quantile alone would say 5,000. kvwatch uses the window's mean there.
+    from kvwatch.parse.metrics import parse_exposition
+
+    seed = Path(__file__).parent / "fixtures" / "vllm-cpu-seed"
+    state = LiveState()
+    for t, name in enumerate(["metrics-05.prom", "metrics-12.prom"]):
+        state.on_scrape(parse_exposition((seed / name).read_text()), t * 70.0)
+    p95 = _get(state, 70, "kvwatch_request_tokens", quantile="0.95")
+    assert p95 is not None
+    assert 8_400 <= p95 <= 8_500
+    ceiling = _get(state, 70, "kvwatch_max_concurrency", basis="observed_p95")
+    assert ceiling == pytest.approx(40960 / p95)

@@ -24,6 +24,7 @@ from kvwatch.records import (
     EngineSample,
     ErrorRecord,
     FactRecord,
+    HistogramSummary,
     LogRecord,
     MetricsSnapshot,
     PreemptionRecord,
@@ -313,13 +314,8 @@ class LiveState:
             total = 0.0
             for attr in ("request_prompt_tokens", "request_generation_tokens"):
                 new = getattr(last, attr)
-                if new is None or not new.buckets:
-                    return self._footprint_from_log(eng)
                 old = getattr(first, attr) if first is not None else None
-                buckets = bucket_delta(new.buckets, old.buckets) if old is not None and old.buckets else new.buckets
-                if not buckets or buckets[-1][1] <= 0:
-                    buckets = new.buckets  # nothing finished in the window: use the whole history
-                value = bucket_quantile(q, buckets)
+                value = _window_quantile(q, new, old)
                 if value is None:
                     return self._footprint_from_log(eng)
                 total += value
@@ -529,6 +525,35 @@ class LiveState:
 
     def _count(self, kind: str) -> None:
         self.record_counts[kind] = self.record_counts.get(kind, 0.0) + 1
+
+
+def _window_quantile(q: float, new: HistogramSummary | None, old: HistogramSummary | None) -> float | None:
+    """The q-quantile of what a histogram observed between two scrapes (or since start).
+
+    Prometheus' interpolation, except where the rank falls in the +Inf bucket: vLLM's token
+    buckets end at 1-2-5 steps (5,000 for a 9,216-token max_model_len), so histogram_quantile
+    would answer "5,000" for 7,500-token prompts. There the window's mean (sum / count) is used
+    when it is larger, since every observation in that bucket exceeds the last finite bound.
+    """
+    if new is None or not new.buckets:
+        return None
+    buckets = new.buckets
+    count, total = new.count, new.sum
+    if old is not None and old.buckets:
+        delta = bucket_delta(new.buckets, old.buckets)
+        if delta and delta[-1][1] > 0:
+            buckets = delta
+            if count is not None and old.count is not None and total is not None and old.sum is not None:
+                count, total = count - old.count, total - old.sum
+    value = bucket_quantile(q, buckets)
+    if value is None:
+        return None
+    finite = [le for le, _ in buckets if math.isfinite(le)]
+    lower = sum(c for le, c in buckets if math.isfinite(le) and le == max(finite, default=-1.0))
+    in_inf = buckets[-1][1] - lower
+    if finite and value >= max(finite) and in_inf > 0 and count and total is not None and count > 0:
+        value = max(value, total / count)
+    return value
 
 
 def _concurrency_at_len(pool_tokens: float, max_model_len: float, block_size: float | None) -> float:
