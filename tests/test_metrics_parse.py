@@ -408,6 +408,14 @@ def test_skipped_examples_never_copy_request_content() -> None:
     assert "secret" not in repr(snap)
 
 
+def test_curly_quotes_and_non_breaking_spaces_from_rich_text_copy_are_straightened() -> None:
+    text = ('vllm:num_requests_running{engine=\u201c0\u201d,model_name=\u201cm\u201d}\u00a03\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 4\n')
+    snap = parse_exposition(text)
+    assert [(e.engine, e.model_name, e.running, e.waiting) for e in snap.engines] == [("0", "m", 3.0, 4.0)]
+    assert snap.skipped_lines == 0
+
+
 def test_a_wrapped_line_is_not_glued_to_a_line_that_reads_on_its_own() -> None:
     text = ('vllm:num_requests_running{engine="0",model_name="m"} 3\n'
             'vllm:num_requests_waiting{engine="0",mo\n'

@@ -217,8 +217,9 @@ def repair_exposition(text: str) -> list[RepairedLine]:
     - Code fences and inline-code backticks around a whole line are removed.
     - CR/CRLF endings and surrounding whitespace are dropped.
 
-    Everything else is left for the parser; nothing is guessed. (Sample lines a terminal wrapped
-    are glued back later, only where the parser proves the pieces belong together.)
+    Everything else is left for the parser; nothing is guessed. (Later, only for lines the parser
+    rejects: lines a terminal hard-wrapped are glued back and curly quotes / non-breaking spaces
+    from a rich-text copy straightened, each only where the result then reads.)
     """
     out: list[RepairedLine] = []
     for number, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
@@ -317,6 +318,14 @@ def _read_samples(text: str) -> tuple[list[Sample], set[str], list[tuple[int, st
                 in_help = ln.text.startswith("# HELP ")
                 i += 1
                 continue
+            plain = ln.text.translate(_TYPOGRAPHY)
+            if plain != ln.text and _line_problem(plain) is None:
+                # rich-text copy turned quotes curly and spaces non-breaking: undone only when
+                # the straightened line then reads
+                kept.append(RepairedLine(ln.number, plain))
+                in_help = plain.startswith("# HELP ")
+                i += 1
+                continue
             rejoined = _rejoin_wrapped(good, i)
             if rejoined is not None:
                 kept.append(rejoined[0])
@@ -364,6 +373,8 @@ def _parse_block(text: str) -> tuple[list[Sample], set[str]]:
     return samples, declared
 
 
+_TYPOGRAPHY = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2033": '"', "\u00a0": " ",
+                              "\u2009": " ", "\u202f": " ", "\u200b": None, "\u2060": None})
 _SAMPLE_START = re.compile(rf"^{_METRIC_NAME}(\{{|\s|$)")
 _MAX_WRAP_PIECES = 40  # a 1,500-character cache_config_info line wrapped at 40 columns
 
