@@ -134,7 +134,7 @@ def test_a_failing_line_consumer_does_not_stop_the_pass_through(tmp_path: Path) 
     proc.start()
     assert proc.wait() == 0
     assert out.getvalue() == b"one\ntwo\n"
-    assert proc.last_error == "line consumer failed: RuntimeError: consumer bug"
+    assert proc.last_error == "line consumer failed: RuntimeError"  # never its message: it may quote a line
 
 
 @pytest.mark.parametrize(

@@ -424,3 +424,24 @@ def test_symlinked_log_rotated_where_it_really_lives(tmp_path: Path, follow: Fol
     rotate_copytruncate(real)  # the copy lands next to the real file, not next to the link
     append(real, b"3\n")
     assert texts(follower.poll()) == ["2", "3"]
+
+
+def test_busy_log_is_polled_on_a_timer_and_a_quiet_one_rearms_the_watch(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.touch()
+    with LogFollower(log, use_watchdog=True, poll_interval=30, busy_interval=0.01, coalesce=0) as follower:
+        assert follower.armed
+        append(log, b"x\n")
+        assert follower.wait(timeout=10) is True  # woken by the write event
+        assert texts(follower.poll()) == ["x"]
+        assert follower.wait(timeout=10) is False  # busy: the busy_interval timer, not an event
+        assert not follower.armed  # no event per write while lines keep coming
+        append(log, b"y\n")
+        assert texts(follower.poll()) == ["y"]
+        follower.wait(timeout=10)
+        assert follower.poll() == []  # quiet again
+        assert follower.wait(timeout=10) is True  # re-armed, and one more look for a write in between
+        assert follower.armed
+        append(log, b"z\n")
+        assert follower.wait(timeout=10) is True
+        assert texts(follower.poll()) == ["z"]

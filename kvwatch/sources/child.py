@@ -259,4 +259,5 @@ class ChildProcess:
                 try:
                     self._on_line(line)
                 except Exception as exc:  # a consumer bug must not stop the pass-through
-                    self.last_error = f"line consumer failed: {type(exc).__name__}: {exc}"
+                    # The type only: an exception's message may quote the line (request content).
+                    self.last_error = f"line consumer failed: {type(exc).__name__}"

@@ -205,6 +205,8 @@ class QueuedLines:
     def wait(self, timeout: float) -> bool:
         """Main-loop side: block until something is queued or ``timeout`` passes."""
         if self._eof:
+            # Nothing will ever come: block for the timeout so a loop that polls on does not spin.
+            threading.Event().wait(timeout)
             return False
         return self._ready.wait(timeout)
 
