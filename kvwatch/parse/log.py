@@ -66,6 +66,8 @@ def _outer_time(text: str) -> tuple[LogTime | None, int]:
 
 def _process(text: str) -> str:
     """The first ``(NAME pid=N)`` prefix, as an identity for once-per-process line kinds."""
+    if " pid=" not in text[:200]:
+        return ""
     m = P.PROCESS_PREFIX.search(text, 0, 200)
     return f"{m.group(1)}:{m.group(2)}" if m else ""
 
@@ -157,26 +159,53 @@ def _arg_value(field_name: str, raw: str) -> FactValue:
 
 def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None) -> StatsRecord:
     """One stats record whose "Avg prompt throughput:" starts at ``start`` in ``text``."""
+    engine = aggregated = None
+    if start:
+        m = P.STATS_ENGINE.search(text, max(0, start - 40), start)
+        if m:
+            engine = int(m.group(1)) if m.group(1) else None
+            aggregated = int(m.group(2)) if m.group(2) else None
+    fast = P.STATS_FAST.match(text, start, end)
+    if fast is not None and "rate" not in text[fast.end() : end] and "Corrupted" not in text[fast.end() : end]:
+        g = fast.groups()
+        device = _device(g[7])
+        if device == "gpu" or g[9] is None:
+            kv, cpu = float(g[8]), (float(g[9]) if g[9] is not None else None)
+        else:  # pragma: no cover - a non-GPU first figure with a second one does not occur in vLLM
+            kv, cpu = float(g[8]), None
+        return StatsRecord(
+            line=lineno,
+            ts=ts,
+            engine=engine,
+            engines_aggregated=aggregated,
+            running=int(g[2]),
+            waiting=int(g[4]),
+            swapped=int(g[3]) if g[3] is not None else None,
+            deferred=int(g[5]) if g[5] is not None else None,
+            preemptions=int(g[6]) if g[6] is not None else None,
+            kv_usage_pct=kv,
+            cpu_kv_usage_pct=cpu,
+            prefix_hit_pct=float(g[10]) if g[10] is not None else None,
+            prompt_tps=float(g[0]),
+            gen_tps=float(g[1]),
+            device=device,
+        )
     body = text[start:end]
     values: dict[str, float | int | None] = {}
     for name, rx in P.STATS_PARTS:
         m = rx.search(body)
         if m:
             values[name] = _num(m.group(1))
-    kv = P.STATS_KV_USAGE.findall(body)
-    device = None
-    kv_pct = cpu_pct = None
-    by_device = {_device(w): float(v) for w, v in kv}
+    usage: list[tuple[str, str]] = P.STATS_KV_USAGE.findall(body)
+    part_device: str | None = None
+    kv_pct: float | None = None
+    cpu_pct: float | None = None
+    by_device = {_device(w): float(v) for w, v in usage}
     if "gpu" in by_device:
-        device, kv_pct = "gpu", by_device["gpu"]
+        part_device, kv_pct = "gpu", by_device["gpu"]
         cpu_pct = by_device.get("cpu")  # V0's swap space: only next to a GPU figure
     elif by_device:
-        device, kv_pct = next(iter(by_device.items()))
-    engine = aggregated = None
-    m = P.STATS_ENGINE.search(text, max(0, start - 40), start)
-    if m:
-        engine = int(m.group(1)) if m.group(1) else None
-        aggregated = int(m.group(2)) if m.group(2) else None
+        part_device, kv_pct = next(iter(by_device.items()))
 
     def _int(key: str) -> int | None:
         v = values.get(key)
@@ -203,13 +232,14 @@ def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None
         mm_cache_hit_pct=_float("mm_cache_hit_pct"),
         prompt_tps=_float("prompt_tps"),
         gen_tps=_float("gen_tps"),
-        device=device,
+        device=part_device,
     )
 
 
 def _stats_complete(body: str) -> bool:
     """Whether a stats record reached its KV usage part (a hard-wrapped one has not)."""
-    return P.STATS_KV_USAGE.search(body) is not None
+    pos = body.find(" KV cache usage: ")
+    return pos != -1 and "%" in body[pos:]
 
 
 @dataclass(slots=True)
@@ -234,7 +264,11 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
     ts = seg.ts
     # ---- periodic stats (several may be glued without a header between them) ----
     if P.STATS_START in text:
-        starts = [m.start() for m in re.finditer(re.escape(P.STATS_START), text)]
+        starts = []
+        pos = text.find(P.STATS_START)
+        while pos != -1:
+            starts.append(pos)
+            pos = text.find(P.STATS_START, pos + 1)
         for i, s in enumerate(starts):
             end = starts[i + 1] if i + 1 < len(starts) else len(text)
             body = text[s:end]
@@ -349,6 +383,14 @@ class LogParser:
         """Records completed by this line (a wrapped stats record is returned one line late)."""
         if lineno is None:
             lineno = self.lines + 1
+        return self.feed_scan(scan_line(line, lineno), lineno, line)
+
+    def feed_scan(self, scan: LineScan, lineno: int, line: str) -> list[LogRecord]:
+        """``feed_line`` for a line already scanned by ``scan_line`` (in a worker process).
+
+        ``scan``'s records carry the line number ``scan_line`` was given; they are renumbered
+        to ``lineno`` when it differs (a worker numbers lines within its byte range).
+        """
         self.lines = max(self.lines, lineno)
         out: list[LogRecord] = []
         if self._pending is not None:
@@ -362,7 +404,7 @@ class LogParser:
                 out.append(parse_stats(joined, p_start, len(joined), p_line, p_ts))
                 return out
             out.extend(p_records)
-        scan = self._scan(line, lineno)
+        scan = self._apply(scan, lineno)
         if scan.open_stats is not None:
             self._pending = (lineno, scan.open_stats, scan.records)
             return out
@@ -377,10 +419,14 @@ class LogParser:
         self._pending = None
         return records
 
-    def _scan(self, line: str, lineno: int) -> LineScan:
-        scan = scan_line(line, lineno)
+    def _apply(self, scan: LineScan, lineno: int) -> LineScan:
         if not scan.records and not scan.kinds and not scan.shutdown:
             return scan
+        if scan.records and scan.records[0].line != lineno:
+            for rec in scan.records:
+                # Renumber records a worker built moments ago and nobody else holds (the frozen
+                # dataclass's own __init__ sets fields this way; dataclasses.replace is 20x slower).
+                object.__setattr__(rec, "line", lineno)
         records: list[LogRecord] = []
         for name, phase in scan.kinds:
             key = (name, scan.process)

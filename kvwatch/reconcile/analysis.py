@@ -141,6 +141,7 @@ class _EngineState:
     max_waiting: int | None = None
     max_kv: float | None = None
     last_state: str | None = None
+    last_t: float = float("-inf")
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -247,14 +248,17 @@ class Analysis:
         max_num_seqs = max_num_seqs if isinstance(max_num_seqs, int) else None
         if state is None:
             judge = SaturationJudge(max_num_seqs=max_num_seqs)
-            if self._window is not None:
-                judge.window_seconds = self._window
-            if self._threshold is not None:
-                judge.threshold = self._threshold
+            self._configure(judge)
             state = self._engines[key] = _EngineState(judge)
         state.judge.max_num_seqs = max_num_seqs
         if rec.ts is not None:
             t = rec.ts.seconds()
+            if t < state.last_t - 1.0:
+                # Time went backwards (logs concatenated out of order, a year-less stamp across
+                # New Year): the window's time base is gone, start it afresh.
+                state.judge = SaturationJudge(max_num_seqs=max_num_seqs)
+                self._configure(state.judge)
+            state.last_t = t
         else:
             t = state.index * NOMINAL_INTERVAL_S
             self.mb_seconds_known = False
@@ -292,6 +296,12 @@ class Analysis:
             # The episode lasts until the record that shows it over.
             self._close_interval(ep, rec.ts)
             state.episode = None
+
+    def _configure(self, judge: SaturationJudge) -> None:
+        if self._window is not None:
+            judge.window_seconds = self._window
+        if self._threshold is not None:
+            judge.threshold = self._threshold
 
     def _close_interval(self, ep: _Episode, ts: LogTime | None) -> None:
         if ts is not None and ep.end is not None:

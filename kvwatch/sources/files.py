@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from kvwatch.errors import UsageError
-from kvwatch.parse.log import LogParser
-from kvwatch.parse.logpatterns import PREFILTER_ANCHORS, STATS_START
+from kvwatch.parse.log import LineScan, LogParser, scan_line
+from kvwatch.parse.logpatterns import PREFILTER_ANCHORS, PRIMARY_ANCHORS, REQUEST_MARKERS, STATS_START
 from kvwatch.records import LogRecord
 
 CHUNK_BYTES = 16 << 20  # one read; bytes.find passes are memory-bound, larger chunks gain nothing
@@ -34,39 +34,78 @@ PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs mor
 
 _STATS = STATS_START.encode()
 _KV_USAGE = b"KV cache usage"
+_REQUEST = tuple(m.encode() for m in REQUEST_MARKERS)
+_NOT_STARTUP = (b"throughput", b"hit rate", b"preempted", b"EngineDead", *_REQUEST)
+WINDOW_BYTES = 512 << 10  # startup lines sit this close to a "cache"/"memory" startup line
+FULL_SCAN_BYTES = 64 << 20  # inputs up to this size are scanned for every anchor everywhere
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkScan:
-    """Candidate lines of one chunk: ``(line index within the chunk, text)``, and its line count."""
+    """One chunk's candidate lines, already parsed: ``(line index in the chunk, text, scan)``."""
 
     lines: int
     nbytes: int
-    candidates: list[tuple[int, str]]
+    candidates: list[tuple[int, str, LineScan]]
 
 
-def candidate_lines(data: bytes) -> ChunkScan:
-    """Find candidate lines in ``data`` (complete lines; the last may lack its newline)."""
-    spans: dict[int, int] = {}  # line start -> line end
+def _line_span(data: bytes, pos: int, size: int) -> tuple[int, int]:
+    start = data.rfind(b"\n", 0, pos) + 1
+    end = data.find(b"\n", pos)
+    return start, size if end == -1 else end
+
+
+def _find_lines(data: bytes, anchors: tuple[bytes, ...], spans: dict[int, int], lo: int, hi: int) -> None:
     size = len(data)
-    find, rfind = data.find, data.rfind
-    for anchor in PREFILTER_ANCHORS:
-        pos = find(anchor)
+    find = data.find
+    for anchor in anchors:
+        pos = find(anchor, lo, hi)
         while pos != -1:
-            start = rfind(b"\n", 0, pos) + 1
-            end = find(b"\n", pos)
-            if end == -1:
-                end = size
+            start, end = _line_span(data, pos, size)
             spans[start] = end
-            pos = find(anchor, end)
-    # A stats record that stops before its KV usage was hard-wrapped: keep the next line too.
+            pos = find(anchor, end, hi)
+
+
+def candidate_spans(data: bytes, full: bool) -> dict[int, int]:
+    """Start -> end of every candidate line in ``data`` (complete lines)."""
+    spans: dict[int, int] = {}
+    size = len(data)
+    if full:
+        _find_lines(data, PREFILTER_ANCHORS, spans, 0, size)
+    else:
+        _find_lines(data, PRIMARY_ANCHORS, spans, 0, size)
+        windows: list[tuple[int, int]] = []
+        for start, end in sorted(spans.items()):
+            line = data[start:end]
+            if any(marker in line for marker in _NOT_STARTUP):
+                continue
+            lo, hi = max(0, start - WINDOW_BYTES), min(size, end + WINDOW_BYTES)
+            if windows and lo <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], max(windows[-1][1], hi))
+            else:
+                windows.append((lo, hi))
+        for lo, hi in windows:
+            _find_lines(data, PREFILTER_ANCHORS, spans, lo, hi)
     for start, end in list(spans.items()):
-        last = data.rfind(_STATS, start, end)
-        if last != -1 and data.rfind(_KV_USAGE, last, end) == -1 and end < size:
+        kv = data.find(_KV_USAGE, start, end)
+        stats = data.rfind(_STATS, start, end)
+        if kv != -1 and (stats == -1 or stats > kv) and start > 0:
+            # KV usage with no record start before it: the first half of a hard-wrapped record
+            # is on the line before.
+            prev = data.rfind(b"\n", 0, start - 1) + 1
+            spans.setdefault(prev, start - 1)
+        if stats != -1 and data.find(_KV_USAGE, stats, end) == -1 and end < size:
+            # A record cut short before its KV usage continues on the next line.
             nxt = end + 1
-            nend = find(b"\n", nxt)
+            nend = data.find(b"\n", nxt)
             spans.setdefault(nxt, size if nend == -1 else nend)
-    candidates: list[tuple[int, str]] = []
+    return spans
+
+
+def candidate_lines(data: bytes, full: bool = True) -> ChunkScan:
+    """Candidate lines of ``data`` (complete lines; the last may lack its newline), parsed."""
+    spans = candidate_spans(data, full)
+    candidates: list[tuple[int, str, LineScan]] = []
     line = 0
     prev = 0
     count = data.count
@@ -74,33 +113,31 @@ def candidate_lines(data: bytes) -> ChunkScan:
         line += count(b"\n", prev, start)
         prev = start
         end = min(spans[start], start + MAX_LINE_BYTES)
-        candidates.append((line, data[start:end].decode("utf-8", "replace")))
-    lines = count(b"\n")
+        text = data[start:end].decode("utf-8", "replace")
+        candidates.append((line, text, scan_line(text, line + 1)))
+    size = len(data)
+    lines = line + count(b"\n", prev)
     if size and data[-1:] != b"\n":
         lines += 1
     return ChunkScan(lines, size, candidates)
 
 
-def _scan_range(args: tuple[str, int, int]) -> ChunkScan:
+def _scan_range(args: tuple[str, int, int, bool]) -> ChunkScan:
     """Worker: scan the lines that start in ``[start, end)`` of a plain file."""
-    path, start, end = args
+    path, start, end, full = args
     with open(path, "rb") as fh:
         if start > 0:
             fh.seek(start - 1)
             # A line that starts before ``start`` belongs to the previous range.
-            head = fh.read(1)
-            skipped = 0
-            if head != b"\n":
-                rest = fh.readline()
-                skipped = len(rest)
-            start += skipped
-        fh.seek(start)
+            if fh.read(1) != b"\n":
+                start += len(fh.readline())
         if start >= end:
             return ChunkScan(0, 0, [])
+        fh.seek(start)
         data = fh.read(end - start)
         if data and data[-1:] != b"\n":
             data += fh.readline()  # finish the line that crosses ``end``
-    return candidate_lines(data)
+    return candidate_lines(data, full)
 
 
 def _chunks(fh: BinaryIO) -> Iterator[bytes]:
@@ -152,11 +189,11 @@ def _open(path: str) -> BinaryIO:
         raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and its permissions") from None
 
 
-def _ranges(path: str, size: int, jobs: int) -> list[tuple[str, int, int]]:
+def _ranges(path: str, size: int, jobs: int, full: bool) -> list[tuple[str, int, int, bool]]:
     # More ranges than workers keeps memory bounded (one chunk per range in flight).
     n = max(jobs, -(-size // CHUNK_BYTES))
     step = -(-size // n)
-    return [(path, i, min(size, i + step)) for i in range(0, size, step)]
+    return [(path, i, min(size, i + step), full) for i in range(0, size, step)]
 
 
 def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
@@ -171,12 +208,15 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
 
         ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
         with ctx.Pool(jobs) as pool:
-            yield from pool.imap(_scan_range, _ranges(path, size, jobs))
+            yield from pool.imap(_scan_range, _ranges(path, size, jobs, size <= FULL_SCAN_BYTES))
         return
     fh = _open(path)
     try:
+        seen = 0
         for data in _chunks(fh):
-            yield candidate_lines(data)
+            # A small input is scanned for every anchor; a large one in windows (see above).
+            seen += len(data)
+            yield candidate_lines(data, full=seen <= FULL_SCAN_BYTES and len(data) < CHUNK_BYTES)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise UsageError(
             f"{path}: damaged or truncated gzip ({exc}); re-copy the file or gunzip what is readable"
@@ -207,8 +247,8 @@ class LogInput:
         parser = LogParser()
         for scan in _scans(self.path, self.jobs):
             batch: list[LogRecord] = []
-            for rel, text in scan.candidates:
-                batch.extend(parser.feed_line(text, self.lines + rel + 1))
+            for rel, text, line_scan in scan.candidates:
+                batch.extend(parser.feed_scan(line_scan, self.lines + rel + 1, text))
             self.lines += scan.lines
             self.bytes += scan.nbytes
             if self.progress is not None:
