@@ -5,6 +5,8 @@ Baseline: ``list(text_string_to_metric_families(text))`` on the same real 52 KB 
 clean scrape (repair + parse + per-engine grouping), on the scrape pasted as a blockquote with
 ``#`` lost (repair path), and with one damaged line (line-by-line fallback path).
 Reports the median of several runs per case, in milliseconds, and the ratio to the baseline.
+Second table: one ``MetricsScraper.scrape()`` (GET + read) against a local http.server on
+127.0.0.1 serving the same scrape, as a ratio to a bare ``requests.Session.get`` of it.
 
     .venv/bin/python benchmarks/bench_metrics_parse.py [--runs 15]
 """
@@ -12,15 +14,19 @@ Reports the median of several runs per case, in milliseconds, and the ratio to t
 from __future__ import annotations
 
 import argparse
+import http.server
 import re
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvwatch.parse.metrics import parse_exposition
+from kvwatch.sources.scrape import MetricsScraper
 
 SCRAPE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-cpu" / "metrics-03.prom"
 
@@ -53,6 +59,38 @@ def main() -> None:
                         ("parse_exposition, one damaged line (fallback)", damaged)):
         ms = _median_ms(lambda text=text: parse_exposition(text), args.runs)
         print(f"{label:<48}{ms:8.2f} ms   {ms / base:4.2f}x")
+    bench_scrape(args.runs)
+
+
+class _Serve(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    body = SCRAPE.read_bytes()
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def bench_scrape(runs: int) -> None:
+    """Scrape cost over loopback: bare GET vs MetricsScraper.scrape()."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Serve)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    try:
+        session = requests.Session()
+        scraper = MetricsScraper(url, timeout=5.0, bearer_token=None, verify=True)
+        base = _median_ms(lambda: session.get(url, timeout=5.0).content, runs)
+        ms = _median_ms(scraper.scrape, runs)
+        print(f"{'requests GET of the scrape alone (baseline)':<48}{base:8.2f} ms   1.00x")
+        print(f"{'MetricsScraper.scrape() (GET + read)':<48}{ms:8.2f} ms   {ms / base:4.2f}x")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 if __name__ == "__main__":
