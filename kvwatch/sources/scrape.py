@@ -95,7 +95,7 @@ class MetricsScraper:
         self._clock = clock
         self._timer = timer
         if verify is False:
-            # the user chose not to verify (--insecure): say it once in --help, not on every scrape
+            # the user chose --insecure on purpose; a warning on every scrape would flood the log
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self._session = session or requests.Session()
         self._reader = reader
