@@ -213,7 +213,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     ),
     _row(
         "engine_config",
-        "with config:",
+        "with config",
         CONFIG_DUMP.pattern,
         "0.4.1-0.33",
         "engine config dump: model, dtype, kv_cache_dtype, max_seq_len, TP/PP/DP, prefix caching",
@@ -431,7 +431,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     # ---- §5.2-5.3 errors ---------------------------------------------------------------------------------
     _row(
         "kv_insufficient_v1",
-        "max seq len",
+        "KV cache",
         r"To serve at least one request with the models?'s max seq len \((\d+)\), \("
         + _DEC
         + r" ?Gi?B KV cache is needed, which is larger than the available KV cache memory \("
@@ -444,7 +444,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     ),
     _row(
         "kv_insufficient_v0",
-        "max seq len",
+        "KV cache",
         r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
         r"stored in KV cache \((\d+)\)",
         "0.4.1-0.10.2 (V0)",
@@ -462,7 +462,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     ),
     _row(
         "startup_memory",
-        "on startup is less than",
+        "memory on device",
         r"Free memory on device \S+ \([\d.]+/[\d.]+ GiB\) on startup is less than desired GPU memory "
         r"utilization \([\d.]+, [\d.]+ GiB\)",
         "0.9.1-0.33 (V1)",
@@ -487,7 +487,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     ),
     _row(
         "load_oom",
-        "Failed to load model",
+        "not enough GPU memory",
         r"Failed to load model - not enough GPU memory\.",
         "0.13-0.33",
         "the weights do not fit",
@@ -537,8 +537,10 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"Cache",  # V0 three-line profiling "reserved for KV Cache is"
     b"version",  # banners, logo
     b"args",  # non-default args / args: Namespace
-    b"vllm ",  # a pasted "$ vllm serve ..." command line
+    b"vllm",  # a pasted "$ vllm serve ..." / "python -m vllm.entrypoints..." command line
     b"blocks",  # block counts, override
+    b"block size",  # hybrid models: "Setting attention block size"
+    b"with config",  # the engine config dump (also has kv_cache_dtype=, so "cache")
     b"oncurrency",  # "Maximum concurrency" alone
     b"emory",  # profiling, OOM, startup memory, Available KV cache memory
     b"took",  # weights / model loading
