@@ -25,6 +25,28 @@ def _n(value: Any, unit: str = "", digits: int | None = None) -> str:
     return f"{value}{unit}"
 
 
+def _t(ts: str | None) -> str:
+    """An ISO timestamp as people read it in a log: ``--11-29T14:45:37`` -> ``11-29 14:45:37``."""
+    if ts is None:
+        return "?"
+    return ts.removeprefix("--").replace("T", " ", 1)
+
+
+def _lever(lever: Any) -> str:
+    """One lever row (a dict from the capacity model, or plain text) as a sentence."""
+    if not isinstance(lever, dict):
+        return str(lever)
+    text = str(lever.get("lever", "lever"))
+    mc, mult = lever.get("max_concurrency"), lever.get("multiplier")
+    if isinstance(mc, int | float):
+        text += f": max concurrency {mc:,.1f}"
+        if isinstance(mult, int | float):
+            text += f" ({mult:g}x)"
+    if lever.get("note"):
+        text += f" - {lever['note']}"
+    return text
+
+
 def _server_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     cfg, cap = doc["config"], doc["capacity"]
     mc = cap["max_concurrency"]
@@ -58,7 +80,7 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     st, pre, sat = doc["stats"], doc["preemptions"], doc["saturation"]
     rows: list[tuple[str, str]] = [("server starts", _n(doc["runs"]))]
     if st["count"]:
-        span = f"{st['first_ts'] or '?'} .. {st['last_ts'] or '?'}"
+        span = f"{_t(st['first_ts'])} .. {_t(st['last_ts'])}"
         rows.append(("stats records", f"{st['count']:,} ({span})"))
         mx = st["max"]
         rows.append(
@@ -101,7 +123,7 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(
                 (
                     "  episode",
-                    f"{ep['start_ts']} .. {ep['end_ts']}: up to {ep['peak_waiting']} waiting, "
+                    f"{_t(ep['start_ts'])} .. {_t(ep['end_ts'])}: up to {ep['peak_waiting']} waiting, "
                     f"KV {_n(ep['peak_kv_usage_pct'], ' %', 1)}",
                 )
             )
@@ -132,7 +154,7 @@ def render_text(doc: dict[str, Any]) -> str:
     if diag["levers"]:
         out.append("")
         out.append("Levers")
-        out.extend(f"  - {lever}" for lever in diag["levers"])
+        out.extend(f"  - {_lever(lever)}" for lever in diag["levers"])
     inputs = ", ".join(f"{i['path']} ({i['lines']:,} lines)" for i in doc["inputs"])
     out.append("")
     out.append(f"Read: {inputs}")
@@ -155,6 +177,6 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += ["", f"### {title}", "", "| | |", "| --- | --- |"]
         out += [f"| {_md_cell(k.strip())} | {_md_cell(v)} |" for k, v in rows]
     if diag["levers"]:
-        out += ["", "### Levers", ""] + [f"- {_md_cell(str(lever))}" for lever in diag["levers"]]
+        out += ["", "### Levers", ""] + [f"- {_md_cell(_lever(lever))}" for lever in diag["levers"]]
     out += ["", "Inputs: " + ", ".join(f"`{i['path']}` ({i['lines']:,} lines)" for i in doc["inputs"])]
     return "\n".join(out)
