@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]  # ships no py.typed
 import pytest
 import yaml
 
