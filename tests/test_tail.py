@@ -434,10 +434,13 @@ def test_busy_log_is_polled_on_a_timer_and_a_quiet_one_rearms_the_watch(tmp_path
         append(log, b"x\n")
         assert follower.wait(timeout=10) is True  # woken by the write event
         assert texts(follower.poll()) == ["x"]
+        append(log, b"y\n")
+        assert follower.wait(timeout=10) is True  # one line is not a stream: still on events
+        assert texts(follower.poll()) == ["y"]
         assert follower.wait(timeout=10) is False  # busy: the busy_interval timer, not an event
         assert not follower.armed  # no event per write while lines keep coming
-        append(log, b"y\n")
-        assert texts(follower.poll()) == ["y"]
+        append(log, b"w\n")
+        assert texts(follower.poll()) == ["w"]
         follower.wait(timeout=10)
         assert follower.poll() == []  # quiet again
         assert follower.wait(timeout=10) is True  # re-armed, and one more look for a write in between

@@ -6,10 +6,10 @@ What this module owns:
   wakes ``wait()`` when the file is written, created, moved or deleted; ``wait()`` returns after
   ``poll_interval`` at the latest, which is the whole mechanism on filesystems without inotify
   (NFS, some FUSE and overlay mounts) or when watchdog cannot start (inotify watch limit).
-  While lines keep coming, the watch is dropped and the file is polled every ``busy_interval``
-  instead: watchdog turns every write into Python objects on two threads, which measured 5 % of
-  a core at 500 lines/s (benchmarks/tail_footprint.py), while a poll that finds the next batch
-  costs the same whatever the line rate. The watch is re-armed by the first poll that finds
+  While lines keep coming (two polls in a row found some), the watch is dropped and the file is
+  polled every ``busy_interval`` instead: watchdog turns every write into Python objects on two
+  threads, which measured 5 % of a core at 500 lines/s (benchmarks/tail_footprint.py), while a
+  poll that finds the next batch costs the same whatever the line rate. The watch is re-armed by the first poll that finds
   nothing, followed by one more poll, so no write falls between the two. No busy loop anywhere.
 - **Reading.** ``poll()`` reads what is new with ``pread`` on an open descriptor and returns
   complete lines (``kvwatch.sources.lines``): a partial last line waits for its newline, lines
@@ -148,7 +148,8 @@ class LogFollower:
         self._rotate_wait = rotate_wait
         self._coalesce = coalesce
         self._busy_interval = busy_interval
-        self._busy = False  # the last poll found new bytes: poll on a timer, not on events
+        self._busy_polls = 0  # consecutive polls that found new bytes; 2+: poll on a timer, not on events
+        self._closed = False
         self._clock = clock
         self._wall_clock = wall_clock
         self._current: _Open | None = None
@@ -192,6 +193,8 @@ class LogFollower:
 
     def poll(self) -> list[Line]:
         """Every line completed since the last poll, oldest file first; never blocks."""
+        if self._closed:
+            return []
         lines: list[Line] = []
         budget = _MAX_BATCH_BYTES
         now = self._clock()
@@ -207,7 +210,7 @@ class LogFollower:
             if self._error is None:
                 self._last_success_at = self._wall_clock()
         self._more = budget <= 0
-        self._busy = self._counters_bytes_this_poll > 0
+        self._busy_polls = self._busy_polls + 1 if self._counters_bytes_this_poll else 0
         if self._use_watchdog and self._observer is None:
             self._start_observer()  # the directory may have appeared since
         self._counters.lines += len(lines)
@@ -223,7 +226,7 @@ class LogFollower:
         if self._more:
             self._more = False
             return True
-        if self._busy:
+        if self._busy_polls >= 2:  # a stream, not a lone stats line: stop taking an event per write
             self._disarm()
             self._stop.wait(max(0.0, min(timeout, self._busy_interval)))
             return False
@@ -266,6 +269,7 @@ class LogFollower:
 
     def close(self) -> None:
         """Stop the observer and close every descriptor. Does not commit."""
+        self._closed = True
         self._stop.set()
         self._wake.set()
         if self._observer is not None:
