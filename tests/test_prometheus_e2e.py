@@ -11,16 +11,13 @@ Three local processes on 127.0.0.1, all started and stopped here:
 
 Then every dashboard panel query must return data at some point of the replay, and
 KvwatchMemoryBound and KvwatchPreemptionSpike must reach ``firing`` in /api/v1/alerts.
-Bounded: the whole test gives up after DEADLINE_SECONDS and always stops every process.
+Bounded: the whole test gives up after DEADLINE_SECONDS and always stops every process (with
+the real-vLLM harness's process-tree stop, tests/e2e/server.py).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +31,7 @@ import requests
 import yaml
 
 from tests.conftest import FIXTURES, ROOT, require_binary
+from tests.e2e.server import StartedProcess, free_port, start_process, stop_process_tree, wait_for_http_ok
 from tests.test_dashboards import DASHBOARDS, _queries
 from tests.test_rules import GEN
 
@@ -76,14 +74,6 @@ def test_recorded_metrics_follow_the_replay_clock(log_seconds: float, expected: 
     assert scrape_at(scrapes, log_seconds) == (SEED / f"{expected}.prom").read_bytes()
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class RecordedVllm:
     """vLLM's /metrics as recorded, advancing at SPEED x the recorded pace from start()."""
 
@@ -121,23 +111,6 @@ class RecordedVllm:
         self.server.server_close()
 
 
-def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    """A child in its own process group, output to ``log``."""
-    with log.open("wb") as out:
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the child's process group, SIGKILL after 5 s."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-
-
 @dataclass
 class Observed:
     """What the test saw while polling Prometheus."""
@@ -148,8 +121,8 @@ class Observed:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
-    """Recorded vLLM + kvwatch replay + Prometheus; yields Prometheus's base URL."""
+def stack(tmp_path: Path) -> Iterator[tuple[str, StartedProcess]]:
+    """Recorded vLLM + kvwatch replay + Prometheus; yields Prometheus's base URL and kvwatch."""
     prometheus = require_binary("prometheus")
     kvwatch_port, prom_port = free_port(), free_port()
     rules = tmp_path / "rules.yaml"
@@ -166,57 +139,42 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]
         ],
     }  # fmt: skip
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    procs: list[subprocess.Popen[bytes]] = []
+    started: list[StartedProcess] = []
     try:
-        procs.append(
-            start(
-                [
-                    prometheus,
-                    f"--config.file={tmp_path / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{prom_port}",
-                ],
-                tmp_path / "prometheus.log",
-            )
+        prom = start_process(
+            "prometheus",
+            [
+                prometheus,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            tmp_path / "prometheus.log",
         )
+        started.append(prom)
         url = f"http://127.0.0.1:{prom_port}"
-        wait_ready(f"{url}/-/ready", procs[0], tmp_path / "prometheus.log")
+        wait_for_http_ok(f"{url}/-/ready", 30, alive=lambda: prom.popen.poll() is None, poll_seconds=0.2)
         vllm.start()
-        procs.append(
-            start(
-                [
-                    str(ROOT / ".venv" / "bin" / "kvwatch"),
-                    "watch",
-                    f"--replay={SEED / 'server.log'}",
-                    f"--speed={SPEED}",
-                    f"--metrics-url=http://127.0.0.1:{vllm.port}/metrics",
-                    f"--model-config={SEED / 'seedllama' / 'config.json'}",
-                    f"--listen=127.0.0.1:{kvwatch_port}",
-                    "--scrape-interval=0.5",
-                ],
-                tmp_path / "kvwatch.log",
-            )
+        kvwatch = start_process(
+            "kvwatch",
+            [
+                str(ROOT / ".venv" / "bin" / "kvwatch"),
+                "watch",
+                f"--replay={SEED / 'server.log'}",
+                f"--speed={SPEED}",
+                f"--metrics-url=http://127.0.0.1:{vllm.port}/metrics",
+                f"--model-config={SEED / 'seedllama' / 'config.json'}",
+                f"--listen=127.0.0.1:{kvwatch_port}",
+                "--scrape-interval=0.5",
+            ],
+            tmp_path / "kvwatch.log",
         )
-        yield url, procs
+        started.append(kvwatch)
+        yield url, kvwatch
     finally:
-        for proc in reversed(procs):
-            stop(proc)
+        for proc in reversed(started):
+            stop_process_tree(proc, grace_seconds=5)
         vllm.stop()
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    """Until ``url`` answers 200; fail with the process's output if it exits or takes 30 s."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            if requests.get(url, timeout=1).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"{url} not ready in 30 s")
 
 
 def panel_queries() -> dict[str, str]:
@@ -245,9 +203,9 @@ def poll(url: str, queries: dict[str, str], observed: Observed, session: request
 
 @pytest.mark.prometheus
 def test_real_prometheus_gets_data_for_every_panel_and_fires_memory_bound_and_preemption(
-    stack: tuple[str, list[subprocess.Popen[bytes]]], tmp_path: Path
+    stack: tuple[str, StartedProcess],
 ) -> None:
-    url, procs = stack
+    url, kvwatch = stack
     queries = panel_queries()
     observed = Observed()
     session = requests.Session()
@@ -256,8 +214,8 @@ def test_real_prometheus_gets_data_for_every_panel_and_fires_memory_bound_and_pr
         poll(url, queries, observed, session)
         if observed.with_data == set(queries) and set(MUST_FIRE) <= observed.fired:
             break
-        if procs[1].poll() is not None and procs[1].returncode != 0:
-            pytest.fail(f"kvwatch exited {procs[1].returncode}: {(tmp_path / 'kvwatch.log').read_text()[-3000:]}")
+        if kvwatch.popen.poll() not in (None, 0):
+            pytest.fail(f"kvwatch exited {kvwatch.popen.returncode}: {kvwatch.output_tail(30)}")
         time.sleep(1.0)
     missing = {k: observed.last_empty[k] for k in sorted(set(queries) - observed.with_data)}
     not_fired = sorted(set(MUST_FIRE) - observed.fired)
