@@ -1,6 +1,6 @@
 """A real Prometheus scrapes kvwatch replaying the real seed vLLM run: panels get data, alerts fire.
 
-Three local processes on 127.0.0.1, all started and stopped here:
+Three local servers on 127.0.0.1, all started and stopped here:
 
 - a tiny HTTP server standing in for vLLM's /metrics: it serves the recorded
   tests/fixtures/vllm-cpu-seed/metrics-NN.prom in sequence, on the replay's clock;
