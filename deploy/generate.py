@@ -22,7 +22,6 @@ import dataclasses
 import json
 import re
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -916,7 +915,7 @@ def with_settings(**changes: Any) -> Settings:
     return dataclasses.replace(DEFAULT, **changes)
 
 
-def main(argv: list[str] | None = None, write: Callable[[Path, str], None] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Write (or with --check, compare) every generated file; 1 when --check finds a stale one."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="fail if a committed file differs")
@@ -930,7 +929,7 @@ def main(argv: list[str] | None = None, write: Callable[[Path, str], None] | Non
             stale.append(path.relative_to(ROOT))
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        (write or (lambda p, t: p.write_text(t, encoding="utf-8")))(path, text)
+        path.write_text(text, encoding="utf-8")
         print(f"wrote {path.relative_to(ROOT)}")
     if stale:
         print(
