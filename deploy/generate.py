@@ -22,7 +22,7 @@ import dataclasses
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -312,7 +312,10 @@ class Panel:
     width: int = 12
     height: int = 8
     unit: str = "short"
-    extra: tuple[tuple[str, Any], ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)  # fieldConfig.defaults beyond the unit
+    overrides: list[dict[str, Any]] = field(default_factory=list)  # fieldConfig.overrides
+    options: dict[str, Any] = field(default_factory=dict)  # panel options (display)
+    transformations: list[dict[str, Any]] = field(default_factory=list)
 
     def render(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
         """Grafana JSON for this panel at (x, y)."""
@@ -324,12 +327,12 @@ class Panel:
             "description": self.description,
             "datasource": DS,
             "gridPos": {"h": self.height, "w": self.width, "x": x, "y": y},
-            "fieldConfig": {"defaults": {"unit": self.unit}, "overrides": []},
-            "options": {},
+            "fieldConfig": {"defaults": {"unit": self.unit, **self.defaults}, "overrides": self.overrides},
+            "options": self.options,
             "targets": [_target(e, leg, refs[i]) for i, (e, leg) in enumerate(self.queries)],
         }
-        for key, value in self.extra:
-            out[key] = value
+        if self.transformations:
+            out["transformations"] = self.transformations
         return out
 
 
@@ -467,16 +470,11 @@ def instance_dashboard() -> dict[str, Any]:
                     ((f"kvwatch_saturation_state{{{F}}} == 1", "{{state}} (engine {{engine}})"),),
                     width=6,
                     height=5,
-                    extra=(
-                        (
-                            "options",
-                            {
-                                "textMode": "name",
-                                "colorMode": "background",
-                                "reduceOptions": {"calcs": ["lastNotNull"]},
-                            },
-                        ),
-                    ),
+                    options={
+                        "textMode": "name",
+                        "colorMode": "background",
+                        "reduceOptions": {"calcs": ["lastNotNull"]},
+                    },
                 ),
                 Panel(
                     "Memory-bound",
@@ -485,21 +483,12 @@ def instance_dashboard() -> dict[str, Any]:
                     ((f"kvwatch_memory_bound{{{F}}}", "engine {{engine}}"),),
                     width=6,
                     height=5,
-                    extra=(
-                        (
-                            "fieldConfig",
-                            {
-                                "defaults": {
-                                    "unit": "short",
-                                    "thresholds": {
-                                        "mode": "absolute",
-                                        "steps": [{"color": "green", "value": None}, {"color": "red", "value": 1}],
-                                    },
-                                },
-                                "overrides": [],
-                            },
-                        ),
-                    ),
+                    defaults={
+                        "thresholds": {
+                            "mode": "absolute",
+                            "steps": [{"color": "green", "value": None}, {"color": "red", "value": 1}],
+                        }
+                    },
                 ),
                 Panel(
                     "Saturation state over time",
@@ -508,21 +497,14 @@ def instance_dashboard() -> dict[str, Any]:
                     ((f"kvwatch_saturation_state{{{F}}}", "{{state}}"),),
                     width=12,
                     height=5,
-                    extra=(
-                        (
-                            "fieldConfig",
-                            {
-                                "defaults": {"mappings": state_mappings, "color": {"mode": "fixed"}},
-                                "overrides": [
-                                    {
-                                        "matcher": {"id": "byName", "options": st},
-                                        "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": c}}],
-                                    }
-                                    for st, c in _STATE_COLOURS.items()
-                                ],
-                            },
-                        ),
-                    ),
+                    defaults={"mappings": state_mappings, "color": {"mode": "fixed"}},
+                    overrides=[
+                        {
+                            "matcher": {"id": "byName", "options": state},
+                            "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": colour}}],
+                        }
+                        for state, colour in _STATE_COLOURS.items()
+                    ],
                 ),
                 Panel(
                     "Running vs the ceiling",
@@ -607,16 +589,11 @@ def instance_dashboard() -> dict[str, Any]:
                         (f"kvwatch_whatif_max_concurrency{{{F}}}", "{{lever}}"),
                         (f'kvwatch_max_concurrency{{{F},basis="observed_p95"}}', "today"),
                     ),
-                    extra=(
-                        (
-                            "options",
-                            {
-                                "orientation": "horizontal",
-                                "displayMode": "basic",
-                                "reduceOptions": {"calcs": ["lastNotNull"]},
-                            },
-                        ),
-                    ),
+                    options={
+                        "orientation": "horizontal",
+                        "displayMode": "basic",
+                        "reduceOptions": {"calcs": ["lastNotNull"]},
+                    },
                 ),
                 Panel(
                     "Prefix-cache hit rate",
@@ -699,9 +676,7 @@ def fleet_dashboard() -> dict[str, Any]:
                     "timeseries",
                     "Engines in each state per model.",
                     ((f"model_name_state:kvwatch_saturation_state:sum{{{M}}}", "{{model_name}} {{state}}"),),
-                    extra=(
-                        ("fieldConfig", {"defaults": {"custom": {"stacking": {"mode": "normal"}}}, "overrides": []}),
-                    ),
+                    defaults={"custom": {"stacking": {"mode": "normal"}}},
                 ),
                 Panel(
                     "KV pool and used tokens",
@@ -750,10 +725,8 @@ def fleet_dashboard() -> dict[str, Any]:
                     "Every engine and its current state; click through to the engine view.",
                     ((f"kvwatch_saturation_state{{{F}}} == 1", ""),),
                     width=24,
-                    extra=(
-                        ("options", {"showHeader": True}),
-                        ("transformations", [{"id": "labelsToFields", "options": {}}]),
-                    ),
+                    options={"showHeader": True},
+                    transformations=[{"id": "labelsToFields", "options": {}}],
                 ),
             ],
         ),
