@@ -243,7 +243,7 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None) -> Sidecar:
     configure_logging()
     arch = _architecture(settings)
     state = LiveState(
-        expected=(lambda facts: expected_for(arch, facts, settings)) if arch is not None else None,
+        expected=lambda facts: expected_for(arch or _model_named_in_log(facts), facts, settings),
         # A replay at X times the pace fits the window's worth of records into W / X seconds.
         window_seconds=settings.window / (settings.speed if settings.replay is not None else 1.0),
         threshold=settings.threshold,
@@ -303,9 +303,20 @@ def _redact(url: str | None) -> str:
     return redact(url)
 
 
-def expected_for(arch: Architecture, facts: dict[str, object], settings: WatchSettings) -> Expected | None:
+def _model_named_in_log(facts: dict[str, object]) -> Architecture | None:
+    """Without --model/--model-config: the model the log names, when kvwatch knows it (catalogue,
+    HF cache or a readable path) and the log's own KV figures agree with it."""
+    from kvwatch.reconcile import capacity
+
+    return capacity.model_from_log(capacity_doc(facts))
+
+
+def expected_for(arch: Architecture | None, facts: dict[str, object], settings: WatchSettings) -> Expected | None:
     """The config.json expectation under the server's settings as known now (log, cache_config, flags)."""
     from kvwatch.reconcile import capacity
+
+    if arch is None:
+        return None
 
     known = dict(facts)
     # /metrics' cache_config_info stands in for what the log did not say (e.g. the sidecar started late).

@@ -337,7 +337,7 @@ class LiveState:
         if self._expected_factory is None:
             return None
         known = {**{f"cache_config.{k}": v for k, v in self.cache_config.items()}, **self.facts}
-        key = tuple(sorted((k, repr(v)) for k, v in known.items() if k.startswith(("config.", "cache_config."))))
+        key = tuple(sorted((k, repr(v)) for k, v in known.items()))
         if key != self._expected_key:
             self._expected = self._expected_factory(known)
             self._expected_key = key
@@ -378,7 +378,8 @@ class LiveState:
                 put("kvwatch_kv_pool_tokens", value, (("source", source),))
             for source, value in sorted(bpt.items()):
                 put("kvwatch_kv_bytes_per_token", value, (("source", source),))
-            if kv_bytes is not None:
+            if kv_bytes is not None and self._override_blocks() is None:
+                # With --num-gpu-blocks-override the memory figure is what was available, not the pool.
                 put("kvwatch_kv_pool_bytes", kv_bytes, (("source", "log"),))
             if bpt.get("config") and pool.get("config"):
                 put("kvwatch_kv_pool_bytes", bpt["config"] * pool["config"], (("source", "config"),))

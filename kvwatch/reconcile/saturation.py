@@ -68,6 +68,8 @@ class SaturationJudge:
         capacity_waiting = obs.waiting_capacity if obs.waiting_capacity is not None else waiting
         under_seq_cap = self.max_num_seqs is None or running < self.max_num_seqs
         peak = self.peak_kv_usage()
+        if running <= 0 and waiting <= 0:
+            return "idle"  # a preemption needs running requests: an empty server is idle, whatever W saw
         if capacity_waiting > 0 and under_seq_cap and peak is not None and peak >= self.threshold:
             return "memory_bound"
         if waiting > 0 and self.max_num_seqs is not None and running >= self.max_num_seqs:
@@ -76,9 +78,7 @@ class SaturationJudge:
             return "preempting"
         if waiting > 0:
             return "queued"
-        if running > 0:
-            return "ok"
-        return "idle"
+        return "ok"
 
 
 def verdict(states: list[str]) -> str:
