@@ -277,3 +277,34 @@ def test_analyze_paths_is_the_same_document_as_the_command(capsys: pytest.Captur
     doc = analyze_paths([str(SEED_LOG)], progress=seen.append)
     assert doc == analyze_json(SEED_LOG, capsys)
     assert sum(seen) == SEED_LOG.stat().st_size
+
+
+def test_progress_bar_only_on_a_terminal_and_never_on_stdout(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvwatch.commands import analyze as command
+
+    calls: list[int] = []
+    real = command.analyze_paths
+
+    def spy(paths: list[str], **kw: Any) -> dict[str, Any]:
+        calls.append(1 if kw.get("progress") else 0)
+        return real(paths, **kw)
+
+    monkeypatch.setattr(command, "analyze_paths", spy)
+    monkeypatch.setattr(command, "PROGRESS_MIN_BYTES", 0)
+    code, out, _ = run(["analyze", "--format", "json", str(SEED_LOG)], capsys)  # piped: no bar
+    assert code == 0
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    code, tty_out, _ = run(["analyze", "--format", "json", str(SEED_LOG)], capsys)
+    assert code == 0
+    assert calls == [0, 1]
+    assert json.loads(tty_out) == json.loads(out)  # the bar never mixes into the document
+
+
+def test_model_config_must_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["analyze", "--model-config", "/nonexistent/config.json", str(SEED_LOG)], capsys)
+    assert code == 2
+    assert out == ""
+    assert "--model-config" in err

@@ -577,3 +577,18 @@ def test_every_row_is_documented_and_reachable_by_the_prefilter(row: logpatterns
     assert row.why
     anchors = [a.decode() for a in logpatterns.PREFILTER_ANCHORS]
     assert any(a in row.anchor for a in anchors), row.anchor
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize(("line", "expected"), STATS_CASES)
+def test_fast_path_for_plain_stats_lines_equals_the_general_path(
+    line: str, expected: dict[str, Any], prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvwatch.parse import log
+
+    fast = log.scan_line(prefix + line, 7)
+    monkeypatch.setattr(log, "_plain_stats_line", lambda text, lineno: None)
+    general = log.scan_line(prefix + line, 7)
+    assert fast.records == general.records
+    assert fast.ts == general.ts
+    assert expected.items() <= {k: getattr(fast.records[0], k) for k in expected}.items()

@@ -336,8 +336,38 @@ def _cli_facts(rest: str, lineno: int, ts: LogTime | None, out: LineScan) -> Non
                 out.records.append(FactRecord(lineno, ts, name, value))
 
 
+def _plain_stats_line(text: str, lineno: int) -> LineScan | None:
+    """The common case, fast: one complete stats record and nothing else on the line.
+
+    Gives exactly what the general path below gives for such a line (tests compare them); any
+    other line (glued records, a request line, a cut record, ANSI inside the message) returns None.
+    """
+    start = text.find(P.STATS_START)
+    if start == -1 or text.find(P.STATS_START, start + 1) != -1 or "\r" in text:
+        return None
+    if any(marker in text for marker in P.REQUEST_MARKERS):
+        return None
+    header = P.VLLM_HEADER.search(text, 0, start)
+    if header is None or P.VLLM_HEADER.search(text, start) is not None or "\x1b" in text[header.start() :]:
+        return None
+    body_end = len(text.rstrip("\n"))
+    if "`" in text or not _stats_complete(text[start:body_end]):
+        return None
+    outer, _ = _outer_time(text)
+    if outer is None:
+        mo, d, hh, mi, sec = header.groups()
+        outer = LogTime(int(mo), int(d), int(hh), int(mi), float(sec.replace(",", ".")))
+    message = text[header.end() : body_end]
+    out = LineScan(ts=outer)
+    out.records.append(parse_stats(message, start - header.end(), len(message), lineno, outer))
+    return out
+
+
 def scan_line(text: str, lineno: int) -> LineScan:
     """Everything one physical line says, with the flags ``LogParser`` needs."""
+    fast = _plain_stats_line(text, lineno)
+    if fast is not None:
+        return fast
     out = LineScan()
     text = clean(text)
     if not text.strip():
