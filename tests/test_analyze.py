@@ -308,3 +308,18 @@ def test_model_config_must_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
     assert out == ""
     assert "--model-config" in err
+
+
+def test_v0_prefix_hit_record_fills_the_last_stats_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stats = (
+        "INFO 11-29 14:05:10 metrics.py:351] Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 "
+        "tokens/s, Running: 3 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 5.0%, "
+        "CPU KV cache usage: 0.0%."
+    )
+    hit = "INFO 11-29 14:05:10 metrics.py:367] Prefix cache hit rate: GPU: 42.17%, CPU: 0.00%"
+    log = tmp_path / "v0.log"
+    log.write_text(f"{stats}\n{hit}\n{stats}\n")
+    doc = analyze_json(log, capsys)
+    assert doc["stats"]["last"]["prefix_hit_pct"] is None  # the last record had no hit-rate line
+    log.write_text(f"{stats}\n{hit}\n")
+    assert analyze_json(log, capsys)["stats"]["last"]["prefix_hit_pct"] == 42.17

@@ -164,6 +164,22 @@ def test_hard_wrapped_stats_record_is_joined_with_its_continuation() -> None:
     assert (rec.line, rec.running, rec.kv_usage_pct, rec.prefix_hit_pct) == (1, 4, 50.0, 12.5)
 
 
+@pytest.mark.parametrize("cut", [80, 150, len(V1_083) - 6], ids=["before-running", "mid-kv-usage", "mid-prefix-hit"])
+def test_hard_wrap_anywhere_in_the_record_is_joined(cut: int) -> None:
+    parser = LogParser()
+    out = parser.feed_line(V1_083[:cut], 1) + parser.feed_line(V1_083[cut:], 2) + parser.finish()
+    (rec,) = out
+    assert isinstance(rec, StatsRecord)
+    assert (rec.running, rec.kv_usage_pct, rec.prefix_hit_pct) == (4, 50.0, 12.5)
+
+
+def test_next_record_with_its_own_prefix_is_not_taken_as_a_continuation() -> None:
+    parser = LogParser()
+    mfu = "(APIServer pid=1) " + V1_083 + ", MFU: 11.3 TF/s/GPU 772.8 GB/s/GPU"
+    out = parser.feed_line(mfu, 1) + parser.feed_line(mfu, 2) + parser.finish()
+    assert [r.line for r in out] == [1, 2]
+
+
 def test_cut_stats_record_at_end_of_log_still_counts() -> None:
     parser = LogParser()
     out = parser.feed_line(V1_083[:120], 1) + parser.finish()

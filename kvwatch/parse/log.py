@@ -237,9 +237,15 @@ def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None
 
 
 def _stats_complete(body: str) -> bool:
-    """Whether a stats record reached its KV usage part (a hard-wrapped one has not)."""
+    """Whether a stats record looks whole: it reached its KV usage part and ends in a percentage.
+
+    Every vLLM layout ends a record with a "...: X%" part (V0 0.4.3+ adds "."); one cut by a
+    terminal's hard wrap stops mid-word. A record with a non-vLLM suffix (MFU text from a fork)
+    also counts as open: the next line is joined only if it carries no prefix of its own, and
+    re-reading the joined text gives the same parts.
+    """
     pos = body.find(" KV cache usage: ")
-    return pos != -1 and "%" in body[pos:]
+    return pos != -1 and "%" in body[pos:] and body.rstrip().rstrip(".").endswith("%")
 
 
 @dataclass(slots=True)

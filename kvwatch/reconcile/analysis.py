@@ -171,6 +171,8 @@ class Analysis:
         self.errors: list[dict[str, Any]] = []
         self.errors_total = 0
         self.prefix_hit_v0: PrefixHitRecord | None = None
+        self.last_prefix_hit_v0: float | None = None  # V0's separate hit rate of the last stats record
+        self._last_was_stats: dict[str | None, bool] = {}
         self.records_total = 0
         self._engines: dict[tuple[str | None, int | None], _EngineState] = {}
         self._pending_preemptions: dict[str | None, int] = {}
@@ -212,6 +214,12 @@ class Analysis:
                 self._error(rec, source)
             elif isinstance(rec, PrefixHitRecord):
                 self.prefix_hit_v0 = rec
+                if self._last_was_stats.get(source) and self.last is not None and self.last.prefix_hit_pct is None:
+                    # V0 (0.5.5-0.10.2) logs the hit rate as a second record of the same stats
+                    # interval, right after the main line: it is that record's prefix_hit_pct.
+                    self.last_prefix_hit_v0 = rec.gpu_pct
+            if not isinstance(rec, PrefixHitRecord):
+                self._last_was_stats[source] = isinstance(rec, StatsRecord)
 
     def _open_run(self, source: str | None) -> None:
         # A log with no startup block is one run; RunStartRecords add the later ones.
@@ -232,6 +240,7 @@ class Analysis:
         self._open_run(source)
         self.stats_count += 1
         self.last = rec
+        self.last_prefix_hit_v0 = None
         self.max_running = _max(self.max_running, rec.running)
         self.max_waiting = _max(self.max_waiting, rec.waiting)
         self.max_kv = _max(self.max_kv, rec.kv_usage_pct)
@@ -365,6 +374,8 @@ class Analysis:
         last_doc: dict[str, Any] | None = None
         if last is not None:
             last_doc = {k: getattr(last, k) for k in STATS_LAST_KEYS}
+            if last_doc["prefix_hit_pct"] is None:
+                last_doc["prefix_hit_pct"] = self.last_prefix_hit_v0
             last_doc.update(
                 ts=_iso(last.ts),
                 line=last.line,
