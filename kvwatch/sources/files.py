@@ -111,8 +111,10 @@ def candidate_spans(data: bytes, full: bool) -> dict[int, int]:
             # is on the line before.
             prev = data.rfind(b"\n", 0, start - 1) + 1
             spans.setdefault(prev, start - 1)
-        if stats != -1 and end < size and (
-            data.find(_KV_USAGE, stats, end) == -1 or not data[stats:end].rstrip().rstrip(b".").endswith(b"%")
+        if (
+            stats != -1
+            and end < size
+            and (data.find(_KV_USAGE, stats, end) == -1 or not data[stats:end].rstrip().rstrip(b".").endswith(b"%"))
         ):
             # A record cut short (no KV usage yet, or not ending in its last percentage) may
             # continue on the next line.
