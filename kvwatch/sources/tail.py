@@ -9,8 +9,9 @@ What this module owns:
   While lines keep coming (two polls in a row found some), the watch is dropped and the file is
   polled every ``busy_interval`` instead: watchdog turns every write into Python objects on two
   threads, which measured 5 % of a core at 500 lines/s (benchmarks/tail_footprint.py), while a
-  poll that finds the next batch costs the same whatever the line rate. The watch is re-armed by the first poll that finds
-  nothing, followed by one more poll, so no write falls between the two. No busy loop anywhere.
+  poll that finds the next batch costs the same whatever the line rate. The watch is re-armed by
+  the first poll that finds nothing, followed by one more poll, so no write falls between the
+  two. No busy loop anywhere.
 - **Reading.** ``poll()`` reads what is new with ``pread`` on an open descriptor and returns
   complete lines (``kvwatch.sources.lines``): a partial last line waits for its newline, lines
   are bounded, bytes are decoded with replacement.
@@ -226,7 +227,9 @@ class LogFollower:
         if self._more:
             self._more = False
             return True
-        if self._busy_polls >= 2:  # a stream, not a lone stats line: stop taking an event per write
+        # With a watch, wait for a second busy poll: a lone stats line is not worth dropping the
+        # watch for. Without one, any new data means more is likely: look again soon.
+        if self._busy_polls >= (2 if self._observer is not None else 1):
             self._disarm()
             self._stop.wait(max(0.0, min(timeout, self._busy_interval)))
             return False
