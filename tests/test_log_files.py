@@ -74,12 +74,21 @@ def test_windowed_scan_keeps_the_first_half_of_a_hard_wrapped_record() -> None:
     ]
 
 
-@pytest.mark.parametrize("jobs", [1, 2], ids=["serial-small-chunks", "two-workers-byte-ranges"])
-def test_chunks_and_byte_ranges_change_nothing(big_log: Path, jobs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("jobs", "full_scan_bytes"),
+    [(1, 64 << 20), (2, 64 << 20), (1, 0), (2, 0)],
+    ids=["serial-small-chunks", "two-workers-byte-ranges", "serial-windowed-middle", "two-workers-windowed-middle"],
+)
+def test_chunks_and_byte_ranges_change_nothing(
+    big_log: Path, jobs: int, full_scan_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reference = every_line(big_log.read_bytes())
     # Tiny chunks and ranges put boundaries inside startup blocks and between wrapped halves.
-    monkeypatch.setattr(files, "CHUNK_BYTES", 64 << 10)
+    # The windows stay smaller than a chunk, as in production (16 MiB chunks, 512 KiB windows).
+    monkeypatch.setattr(files, "CHUNK_BYTES", 200 << 10)
+    monkeypatch.setattr(files, "WINDOW_BYTES", 150 << 10)
     monkeypatch.setattr(files, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(files, "FULL_SCAN_BYTES", full_scan_bytes)
     records, lines = via_input(big_log, jobs)
     assert records == reference
     assert lines == big_log.read_bytes().count(b"\n")
@@ -103,6 +112,7 @@ def test_a_line_beyond_the_memory_bound_is_cut_not_buffered(tmp_path: Path, monk
     with path.open("rb") as fh:
         chunks = list(files._chunks(fh))
     assert max(len(c) for c in chunks) <= 5 * (1 << 10)  # never more than the bound in memory
+    assert b"".join(chunks) == path.read_bytes()  # and nothing lost or doubled
     records, _ = via_input(path, 1)
     assert sum(isinstance(r, StatsRecord) for r in records) == 1
 

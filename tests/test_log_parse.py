@@ -519,9 +519,17 @@ def test_engine_dead_after_clean_sigint_is_not_a_crash() -> None:
     assert not [r for r in out if isinstance(r, ErrorRecord)]
 
 
+def test_engine_dead_followed_by_shutdown_lines_is_not_a_crash() -> None:
+    parser = LogParser()
+    dead = ERROR_CASES[-1].values[0]
+    stopped = "(APIServer pid=1) INFO 11-29 14:48:34 [launcher.py:279] [shutdown] API server: engine client stopped"
+    out = parser.feed_line(V1_083, 1) + parser.feed_line(dead, 2) + parser.feed_line(stopped, 3) + parser.finish()
+    assert not [r for r in out if isinstance(r, ErrorRecord)]
+
+
 def test_engine_dead_while_serving_is_a_crash() -> None:
     parser = LogParser()
-    out = parser.feed_line(V1_083, 1) + parser.feed_line(ERROR_CASES[-1].values[0], 2)
+    out = parser.feed_line(V1_083, 1) + parser.feed_line(ERROR_CASES[-1].values[0], 2) + parser.finish()
     assert [r.kind for r in out if isinstance(r, ErrorRecord)] == ["engine_dead"]
 
 

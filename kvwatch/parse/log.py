@@ -395,6 +395,10 @@ def parse_line(text: str, lineno: int) -> list[LogRecord]:
     return scan_line(text, lineno).records
 
 
+# vLLM logs its shutdown steps within a few lines of the EngineDeadError a stop provokes (the real
+# 0.32 seed run: "[shutdown] ... engine client stopped" on the next line).
+SHUTDOWN_NEAR_LINES = 200
+
 _CONTINUATION_BLOCKERS = re.compile(r"^\s*(?:\d{4}-\d\d-\d\dT|\(|\[|(?:DEBUG|INFO|WARNING|ERROR)\b)")
 
 
@@ -414,6 +418,7 @@ class LogParser:
         self._seen: set[tuple[str, str]] = set()  # (row name, process) in the current run
         self._any_content = False
         self._shutting_down = False
+        self._dead: ErrorRecord | None = None  # an EngineDeadError waiting to see what follows
 
     def feed_line(self, line: str, lineno: int | None = None) -> list[LogRecord]:
         """Records completed by this line (a wrapped stats record is returned one line late)."""
@@ -448,15 +453,26 @@ class LogParser:
         return out
 
     def finish(self) -> list[LogRecord]:
-        """Flush a stats record still waiting for a continuation line."""
-        if self._pending is None:
-            return []
-        records = self._pending[2]
-        self._pending = None
+        """Flush what still waits: a stats record cut at the end, an engine death not yet judged."""
+        records: list[LogRecord] = []
+        if self._pending is not None:
+            records = self._pending[2]
+            self._pending = None
+        if self._dead is not None:
+            records = sorted([*records, self._dead], key=lambda r: r.line)
+            self._dead = None
         return records
 
     def _apply(self, scan: LineScan, lineno: int) -> LineScan:
+        held: list[LogRecord] = []
+        if self._dead is not None:
+            if scan.shutdown and lineno - self._dead.line <= SHUTDOWN_NEAR_LINES:
+                self._dead = None  # a stop right after it: the death was the shutdown's doing
+            elif lineno - self._dead.line > SHUTDOWN_NEAR_LINES or scan.kinds or scan.records:
+                held, self._dead = [self._dead], None
         if not scan.records and not scan.kinds and not scan.shutdown:
+            if held:
+                scan.records = held
             return scan
         if scan.records and scan.records[0].line != lineno:
             for rec in scan.records:
@@ -485,8 +501,13 @@ class LogParser:
                 self._stats_in_run = True
                 self._any_content = True
                 self._shutting_down = False
-            elif isinstance(rec, ErrorRecord) and rec.kind == "engine_dead" and self._shutting_down:
-                continue  # noise of a clean SIGINT/SIGTERM stop, not a crash
+            elif isinstance(rec, ErrorRecord) and rec.kind == "engine_dead":
+                if not self._shutting_down:
+                    # Judged by what follows: shutdown lines just after it make it noise too.
+                    if self._dead is not None:
+                        held.append(self._dead)
+                    self._dead = rec
+                continue  # after a SIGINT/SIGTERM it is the noise of a clean stop, not a crash
             records.append(rec)
-        scan.records = records
+        scan.records = held + records
         return scan

@@ -19,8 +19,10 @@ import os
 import stat
 import sys
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
+from itertools import islice
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, BinaryIO, get_args
 
@@ -66,70 +68,103 @@ for _cls in (*get_args(LogRecord), LogTime, LineScan, ChunkScan):
     ForkingPickler.register(_cls, _positional_reducer(_cls))
 
 
-def _line_span(data: bytes, pos: int, size: int) -> tuple[int, int]:
-    start = data.rfind(b"\n", 0, pos) + 1
-    end = data.find(b"\n", pos)
-    return start, size if end == -1 else end
-
-
 def _find_lines(data: bytes, anchors: tuple[bytes, ...], spans: dict[int, int], lo: int, hi: int) -> None:
-    size = len(data)
-    find = data.find
+    """Add the span of every line in ``data[lo:hi]`` holding one of ``anchors``."""
+    find, rfind = data.find, data.rfind
     for anchor in anchors:
         pos = find(anchor, lo, hi)
         while pos != -1:
-            start, end = _line_span(data, pos, size)
+            start = max(lo, rfind(b"\n", lo, pos) + 1)
+            end = find(b"\n", pos, hi)
+            if end == -1:
+                end = hi
             spans[start] = end
             pos = find(anchor, end, hi)
 
 
-def candidate_spans(data: bytes, full: bool) -> dict[int, int]:
-    """Start -> end of every candidate line in ``data`` (complete lines)."""
+def _seeds(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
+    """Startup lines among the PRIMARY_ANCHORS lines of ``data[lo:hi]``: where windows centre."""
+    hits: dict[int, int] = {}
+    _find_lines(data, PRIMARY_ANCHORS, hits, lo, hi)
+    return [(s, e) for s, e in sorted(hits.items()) if not any(m in data[s:e] for m in _NOT_STARTUP)]
+
+
+def candidate_spans(
+    data: bytes,
+    full: bool,
+    lo: int = 0,
+    hi: int | None = None,
+    ctx_lo: int | None = None,
+    ctx_hi: int | None = None,
+) -> dict[int, int]:
+    """Start -> end of every candidate line in ``data[lo:hi]`` (complete lines).
+
+    ``data[ctx_lo:ctx_hi]`` (complete lines around ``[lo, hi)``) is context: a startup line there
+    opens a window that reaches into ``[lo, hi)``, so a startup block cut by a chunk boundary is
+    read on both sides.
+    """
+    hi = len(data) if hi is None else hi
+    ctx_lo = lo if ctx_lo is None else ctx_lo
+    ctx_hi = hi if ctx_hi is None else ctx_hi
     spans: dict[int, int] = {}
-    size = len(data)
     if full:
-        _find_lines(data, PREFILTER_ANCHORS, spans, 0, size)
+        _find_lines(data, PREFILTER_ANCHORS, spans, lo, hi)
     else:
-        _find_lines(data, PRIMARY_ANCHORS, spans, 0, size)
+        _find_lines(data, PRIMARY_ANCHORS, spans, lo, hi)
+        seeds = _seeds(data, ctx_lo, lo) + [
+            (s, e) for s, e in sorted(spans.items()) if not any(m in data[s:e] for m in _NOT_STARTUP)
+        ]
+        if ctx_hi > hi:
+            seeds += _seeds(data, hi, ctx_hi)
         windows: list[tuple[int, int]] = []
-        for start, end in sorted(spans.items()):
-            line = data[start:end]
-            if any(marker in line for marker in _NOT_STARTUP):
+        for start, end in seeds:
+            w_lo, w_hi = max(lo, start - WINDOW_BYTES), min(hi, end + WINDOW_BYTES)
+            if w_lo >= w_hi:
                 continue
-            lo, hi = max(0, start - WINDOW_BYTES), min(size, end + WINDOW_BYTES)
-            if windows and lo <= windows[-1][1]:
-                windows[-1] = (windows[-1][0], max(windows[-1][1], hi))
+            if windows and w_lo <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], max(windows[-1][1], w_hi))
             else:
-                windows.append((lo, hi))
-        for lo, hi in windows:
-            _find_lines(data, PREFILTER_ANCHORS, spans, lo, hi)
+                windows.append((w_lo, w_hi))
+        for w_lo, w_hi in windows:
+            # Widen to whole lines so a line cut by the window edge is still found.
+            w_start = max(lo, data.rfind(b"\n", lo, w_lo) + 1)
+            w_end = data.find(b"\n", w_hi, hi)
+            _find_lines(data, PREFILTER_ANCHORS, spans, w_start, hi if w_end == -1 else w_end)
     for start, end in list(spans.items()):
         kv = data.find(_KV_USAGE, start, end)
         stats = data.rfind(_STATS, start, end)
-        if kv != -1 and (stats == -1 or stats > kv) and start > 0:
+        if kv != -1 and (stats == -1 or stats > kv) and start > lo:
             # KV usage with no record start before it: the first half of a hard-wrapped record
             # is on the line before.
-            prev = data.rfind(b"\n", 0, start - 1) + 1
+            prev = max(lo, data.rfind(b"\n", lo, start - 1) + 1)
             spans.setdefault(prev, start - 1)
         if (
             stats != -1
-            and end < size
+            and end < hi
             and (data.find(_KV_USAGE, stats, end) == -1 or not data[stats:end].rstrip().rstrip(b".").endswith(b"%"))
         ):
             # A record cut short (no KV usage yet, or not ending in its last percentage) may
             # continue on the next line.
             nxt = end + 1
-            nend = data.find(b"\n", nxt)
-            spans.setdefault(nxt, size if nend == -1 else nend)
+            nend = data.find(b"\n", nxt, hi)
+            spans.setdefault(nxt, hi if nend == -1 else nend)
     return spans
 
 
-def candidate_lines(data: bytes, full: bool = True) -> ChunkScan:
-    """Candidate lines of ``data`` (complete lines; the last may lack its newline), parsed."""
-    spans = candidate_spans(data, full)
+def candidate_lines(
+    data: bytes,
+    full: bool = True,
+    lo: int = 0,
+    hi: int | None = None,
+    ctx_lo: int | None = None,
+    ctx_hi: int | None = None,
+) -> ChunkScan:
+    """Candidate lines of ``data[lo:hi]`` (complete lines; the last may lack its newline), parsed."""
+    hi = len(data) if hi is None else hi
+    spans = candidate_spans(data, full, lo, hi, ctx_lo, ctx_hi)
     candidates: list[tuple[int, str, LineScan]] = []
     line = 0
-    prev = 0
+    prev = lo
     count = data.count
     for start in sorted(spans):
         line += count(b"\n", prev, start)
@@ -137,49 +172,94 @@ def candidate_lines(data: bytes, full: bool = True) -> ChunkScan:
         end = min(spans[start], start + MAX_LINE_BYTES)
         text = data[start:end].decode("utf-8", "replace")
         candidates.append((line, text, scan_line(text, line + 1)))
-    size = len(data)
-    lines = line + count(b"\n", prev)
-    if size and data[-1:] != b"\n":
+    lines = line + count(b"\n", prev, hi)
+    if hi > lo and data[hi - 1 : hi] != b"\n":
         lines += 1
-    return ChunkScan(lines, size, candidates)
+    return ChunkScan(lines, hi - lo, candidates)
+
+
+def _merge(scans: list[ChunkScan]) -> ChunkScan:
+    """Consecutive pieces as one chunk (line indices shifted by the lines before)."""
+    if len(scans) == 1:
+        return scans[0]
+    candidates: list[tuple[int, str, LineScan]] = []
+    lines = nbytes = 0
+    for sc in scans:
+        candidates.extend((rel + lines, text, scan) for rel, text, scan in sc.candidates)
+        lines += sc.lines
+        nbytes += sc.nbytes
+    return ChunkScan(lines, nbytes, candidates)
 
 
 def _scan_range(args: tuple[str, int, int, bool]) -> ChunkScan:
-    """Worker: scan the lines that start in ``[start, end)`` of a plain file."""
+    """Worker: scan the lines that start in ``[start, end)`` of a plain file.
+
+    It reads WINDOW_BYTES more on each side as context (see candidate_spans), so a startup block
+    cut by the range boundary is found from both ranges; each line is reported by one range only.
+    """
     path, start, end, full = args
     with open(path, "rb") as fh:
-        if start > 0:
-            fh.seek(start - 1)
-            # A line that starts before ``start`` belongs to the previous range.
-            if fh.read(1) != b"\n":
-                start += len(fh.readline())
-        if start >= end:
+        c0 = max(0, start - WINDOW_BYTES)
+        fh.seek(c0)
+        buf = fh.read(end - c0 + WINDOW_BYTES)
+        at_eof = len(buf) < end - c0 + WINDOW_BYTES
+        rel_start, rel_end = start - c0, min(end - c0, len(buf))
+        # The lines that start in [start, end): one that starts before belongs to the range before.
+        lo = 0 if start == 0 or buf[rel_start - 1 : rel_start] == b"\n" else buf.find(b"\n", rel_start) + 1
+        if (lo == 0 and start > 0) or lo >= rel_end:
             return ChunkScan(0, 0, [])
-        fh.seek(start)
-        data = fh.read(end - start)
-        if data and data[-1:] != b"\n":
-            data += fh.readline()  # finish the line that crosses ``end``
-    return candidate_lines(data, full)
+        if rel_end == len(buf) or buf[rel_end - 1 : rel_end] == b"\n":
+            hi = rel_end
+        else:
+            nl = buf.find(b"\n", rel_end)
+            if nl == -1 and not at_eof:
+                buf += fh.readline()  # a line longer than the context crosses ``end`` (rare)
+                nl = buf.find(b"\n", rel_end)
+            hi = len(buf) if nl == -1 else nl + 1
+        ctx_lo = 0 if c0 == 0 else min(lo, buf.find(b"\n") + 1)
+        ctx_hi = max(hi, buf.rfind(b"\n") + 1) if not at_eof else len(buf)
+    return candidate_lines(buf, full, lo, hi, ctx_lo, ctx_hi)
 
 
-def _chunks(fh: BinaryIO) -> Iterator[bytes]:
-    """Chunks of a stream, each ending at a newline (except the very last)."""
+Piece = tuple[bytes, int, int]  # data, lo, hi: the complete lines data[lo:hi]
+
+
+def _pieces(fh: BinaryIO) -> Iterator[Piece]:
+    """A stream as pieces of complete lines, without copying the big blocks it reads.
+
+    A line that crosses a block boundary becomes a small piece of its own; a line longer than
+    four blocks is cut there, so memory stays bounded whatever the input.
+    """
     carry = b""
     while True:
         block = fh.read(CHUNK_BYTES)
         if not block:
             break
-        data = carry + block if carry else block
-        cut = data.rfind(b"\n")
-        if cut == -1 and len(data) < 4 * CHUNK_BYTES:
-            carry = data  # one very long line: wait for its end (bounded, see below)
-            continue
-        if cut == -1:
-            cut = len(data) - 1  # a line longer than 64 MiB: cut it, memory stays bounded
-        yield data[: cut + 1]
-        carry = data[cut + 1 :]
+        lo = 0
+        if carry:
+            nl = block.find(b"\n")
+            if nl == -1:
+                carry += block
+                if len(carry) >= 4 * CHUNK_BYTES:
+                    yield carry, 0, len(carry)
+                    carry = b""
+                continue
+            joined = carry + block[: nl + 1]
+            yield joined, 0, len(joined)
+            carry = b""
+            lo = nl + 1
+        last = block.rfind(b"\n", lo) + 1
+        if last > lo:
+            yield block, lo, last
+        carry = block[max(lo, last) :]
     if carry:
-        yield carry
+        yield carry, 0, len(carry)
+
+
+def _chunks(fh: BinaryIO) -> Iterator[bytes]:
+    """The pieces of a stream as bytes (for tests and simple callers)."""
+    for data, lo, hi in _pieces(fh):
+        yield data[lo:hi]
 
 
 def check_path(path: str) -> None:
@@ -211,11 +291,13 @@ def _open(path: str) -> BinaryIO:
         raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and its permissions") from None
 
 
-def _ranges(path: str, size: int, jobs: int, full: bool) -> list[tuple[str, int, int, bool]]:
-    # More ranges than workers keeps memory bounded (one chunk per range in flight).
-    n = max(jobs, -(-size // CHUNK_BYTES))
+def _ranges(path: str, size: int, full: bool) -> list[tuple[str, int, int, bool]]:
+    # Chunk-sized ranges: memory is bounded by the ranges in flight, not by the file. The first
+    # and the last range are scanned for every anchor (startup at the top, a crash at the end).
+    n = max(1, -(-size // CHUNK_BYTES))
     step = -(-size // n)
-    return [(path, i, min(size, i + step), full) for i in range(0, size, step)]
+    starts = list(range(0, size, step))
+    return [(path, s, min(size, s + step), full or s == 0 or s == starts[-1]) for s in starts]
 
 
 def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
@@ -226,19 +308,24 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
         with open(path, "rb") as probe:
             gz = probe.read(2) == b"\x1f\x8b"
     if is_plain and not gz and jobs > 1 and size >= PARALLEL_MIN_BYTES:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-        with ctx.Pool(jobs) as pool:
-            yield from pool.imap(_scan_range, _ranges(path, size, jobs, size <= FULL_SCAN_BYTES))
+        yield from _parallel_scans(path, size, jobs)
         return
     fh = _open(path)
     try:
-        seen = 0
-        for data in _chunks(fh):
-            # A small input is scanned for every anchor; a large one in windows (see above).
-            seen += len(data)
-            yield candidate_lines(data, full=seen <= FULL_SCAN_BYTES and len(data) < CHUNK_BYTES)
+        # One piece of delay: a piece is scanned once the next is read, with the neighbours'
+        # facing WINDOW_BYTES as context (see candidate_spans).
+        previous: Piece | None = None
+        before = b""
+        first = True
+        small = is_plain and not gz and size <= FULL_SCAN_BYTES
+        for piece in _pieces(fh):
+            if previous is not None:
+                yield _scan_piece(previous, first or small, before, _head(piece))
+                before = _tail(previous)
+                first = False
+            previous = piece
+        if previous is not None:
+            yield _scan_piece(previous, True, before, b"")
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise UsageError(
             f"{path}: damaged or truncated gzip ({exc}); re-copy the file or gunzip what is readable"
@@ -248,6 +335,52 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
+
+
+def _head(piece: Piece) -> bytes:
+    """The first WINDOW_BYTES of a piece, in whole lines."""
+    data, lo, hi = piece
+    cut = data.find(b"\n", min(hi, lo + WINDOW_BYTES) - 1, hi)
+    return data[lo : hi if cut == -1 else cut + 1]
+
+
+def _tail(piece: Piece) -> bytes:
+    """The last WINDOW_BYTES of a piece, in whole lines."""
+    data, lo, hi = piece
+    cut = data.rfind(b"\n", lo, max(lo, hi - WINDOW_BYTES))
+    return data[lo if cut == -1 else cut + 1 : hi]
+
+
+def _scan_piece(piece: Piece, full: bool, before: bytes, after: bytes) -> ChunkScan:
+    data, lo, hi = piece
+    # Every anchor everywhere for the first and the last piece and for small inputs; the big
+    # middle of a large log is scanned for PRIMARY_ANCHORS and windows (see candidate_spans).
+    if full or hi - lo < CHUNK_BYTES // 4:
+        return candidate_lines(data, True, lo, hi)
+    if not (before and _seeds(before, 0, len(before))) and not (after and _seeds(after, 0, len(after))):
+        return candidate_lines(data, False, lo, hi)
+    # A neighbour holds a startup line whose window reaches here: scan with it as context.
+    buf = before + data[lo:hi] + after
+    return candidate_lines(buf, False, len(before), len(before) + hi - lo, 0, len(buf))
+
+
+def _parallel_scans(path: str, size: int, jobs: int) -> Iterator[ChunkScan]:
+    """Byte ranges scanned by ``jobs`` worker processes, yielded in file order.
+
+    At most two ranges per worker are in flight, so a slow consumer never lets results pile up.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
+    ranges = iter(_ranges(path, size, size <= FULL_SCAN_BYTES))
+    with ctx.Pool(jobs) as pool:
+        in_flight = deque(pool.apply_async(_scan_range, (r,)) for r in islice(ranges, 2 * jobs))
+        while in_flight:
+            result = in_flight.popleft().get()
+            nxt = next(ranges, None)
+            if nxt is not None:
+                in_flight.append(pool.apply_async(_scan_range, (nxt,)))
+            yield result
 
 
 class LogInput:
