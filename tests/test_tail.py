@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -448,3 +449,36 @@ def test_busy_log_is_polled_on_a_timer_and_a_quiet_one_rearms_the_watch(tmp_path
         append(log, b"z\n")
         assert follower.wait(timeout=10) is True
         assert texts(follower.poll()) == ["z"]
+
+
+def test_close_from_another_thread_unblocks_wait(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.touch()
+    follower = LogFollower(log, poll_interval=60)
+    closer = threading.Thread(target=follower.close)
+    closer.start()
+    assert follower.wait(timeout=60) is True  # not the 60 s interval
+    closer.join()
+    assert follower.poll() == []
+    assert follower.status().up is False
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["running", "restarted"])
+def test_copytruncate_rewritten_with_an_identical_head_is_still_noticed(tmp_path: Path, restarted: bool) -> None:
+    # A restarted server writes the same banner again: the first 512 bytes match, and the new
+    # file regrows past our offset before we look. Only the bytes where we stand tell them apart.
+    log, state = tmp_path / "vllm.log", tmp_path / "state"
+    banner = b"=" * 600 + b"\n"
+    log.write_bytes(banner + b"a 1\n")
+    follower = LogFollower(log, state_dir=state, from_start=True, use_watchdog=False)
+    assert texts(follower.poll()) == ["=" * 600, "a 1"]
+    follower.commit()
+    append(log, b"a 2\n")
+    if restarted:
+        follower.close()
+    rotate_copytruncate(log)
+    append(log, banner + b"b 1\nb 2\n")
+    if restarted:
+        follower = LogFollower(log, state_dir=state, use_watchdog=False)
+    assert texts(follower.poll()) == ["a 2", "=" * 600, "b 1", "b 2"]
+    follower.close()

@@ -75,6 +75,9 @@ class _Open:
     changed_at: float  # clock time it last grew (or was opened)
     fp_len: int = 0  # the fingerprint covers this many leading bytes ...
     fp_hash: str = ""  # ... whose SHA-256 is this
+    tail_len: int = 0  # and this many bytes ending at tail_end (the last line returned) ...
+    tail_hash: str = ""  # ... hash to this: log lines start alike, the bytes where we stand do not
+    tail_end: int = 0
     detached_at: float | None = None  # clock time it was found no longer at the followed path
     skip_first: bool = False  # started mid-line (at the end of a file): drop that fragment
 
@@ -91,6 +94,8 @@ class _Saved:
     offset: int
     fp_len: int
     fp_hash: str
+    tail_len: int = 0
+    tail_hash: str = ""
 
 
 @dataclass(slots=True)
@@ -151,6 +156,9 @@ class LogFollower:
         self._busy_interval = busy_interval
         self._busy_polls = 0  # consecutive polls that found new bytes; 2+: poll on a timer, not on events
         self._closed = False
+        # poll/commit/close may come from different threads (the sidecar's log loop, its stop()):
+        # close must not free a descriptor that a poll is reading.
+        self._lock = threading.RLock()
         self._clock = clock
         self._wall_clock = wall_clock
         self._current: _Open | None = None
@@ -159,7 +167,7 @@ class LogFollower:
         self._commit_error: str | None = None
         self._last_success_at: float | None = None
         self._counters = _Counters()
-        self._counters_bytes_this_poll = 0
+        self._bytes_this_poll = 0
         self._pending_from_copy: list[Line] | None = None  # copytruncate: lines read from the copy
         self._more = False  # the last poll stopped at its byte budget: wait() returns at once
         self._wake = threading.Event()
@@ -194,12 +202,14 @@ class LogFollower:
 
     def poll(self) -> list[Line]:
         """Every line completed since the last poll, oldest file first; never blocks."""
-        if self._closed:
-            return []
+        with self._lock:
+            return [] if self._closed else self._poll()
+
+    def _poll(self) -> list[Line]:
         lines: list[Line] = []
         budget = _MAX_BATCH_BYTES
         now = self._clock()
-        self._counters_bytes_this_poll = 0
+        self._bytes_this_poll = 0
         self._check_path(now)
         for f in list(self._detached):
             budget -= self._read(f, lines, budget, now)
@@ -211,7 +221,7 @@ class LogFollower:
             if self._error is None:
                 self._last_success_at = self._wall_clock()
         self._more = budget <= 0
-        self._busy_polls = self._busy_polls + 1 if self._counters_bytes_this_poll else 0
+        self._busy_polls = self._busy_polls + 1 if self._bytes_this_poll else 0
         if self._use_watchdog and self._observer is None:
             self._start_observer()  # the directory may have appeared since
         self._counters.lines += len(lines)
@@ -246,35 +256,50 @@ class LogFollower:
 
         Call it once the lines returned so far have been processed: a restart resumes here.
         """
-        if self._positions is None:
-            return
+        with self._lock:
+            if self._positions is not None and not self._closed:
+                self._commit(self._positions)
+
+    def _commit(self, positions: Path) -> None:
         files = [*self._detached, *([self._current] if self._current is not None else [])]
         doc = {
             "version": _POSITIONS_VERSION,
             "path": os.path.abspath(self.path),
             "files": [
-                {"dev": f.dev, "ino": f.ino, "offset": f.line_end, "fp_len": f.fp_len, "fp_sha256": f.fp_hash}
+                {
+                    "dev": f.dev,
+                    "ino": f.ino,
+                    "offset": f.line_end,
+                    "fp_len": f.fp_len,
+                    "fp_sha256": f.fp_hash,
+                    "tail_len": f.tail_len if f.tail_end == f.line_end else 0,
+                    "tail_sha256": f.tail_hash if f.tail_end == f.line_end else "",
+                }
                 for f in files
             ],
         }
         text = json.dumps(doc, sort_keys=True)
         if text == self._last_saved:
             return
-        tmp = self._positions.with_name(self._positions.name + ".tmp")
+        tmp = positions.with_name(positions.name + ".tmp")
         try:
             tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self._positions)
+            os.replace(tmp, positions)
         except OSError as exc:
-            self._commit_error = f"cannot save log positions to {self._positions}: {exc.strerror or exc}"
+            self._commit_error = f"cannot save log positions to {positions}: {exc.strerror or exc}"
             return
         self._commit_error = None
         self._last_saved = text
 
     def close(self) -> None:
         """Stop the observer and close every descriptor. Does not commit."""
-        self._closed = True
         self._stop.set()
         self._wake.set()
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        self._closed = True
         if self._observer is not None:
             with contextlib.suppress(Exception):  # shutting down: nothing useful to do with it
                 self._observer.stop()
@@ -394,7 +419,7 @@ class LogFollower:
         """Copytruncate: the file shrank below our offset, or its first bytes changed."""
         try:
             size = os.fstat(cur.fd).st_size
-            replaced = bool(cur.fp_len) and _hash(os.pread(cur.fd, cur.fp_len, 0)) != cur.fp_hash
+            replaced = not _same_content(cur.fd, cur)
         except OSError as exc:
             self._error = f"cannot read {self.path}: {exc.strerror or exc}"
             return
@@ -404,13 +429,14 @@ class LogFollower:
         self._pending_from_copy = self._read_copy(cur)
         cur.offset = 0
         cur.fp_len, cur.fp_hash = 0, ""
+        cur.tail_len, cur.tail_hash, cur.tail_end = 0, "", 0
         cur.changed_at = now
         cur.skip_first = False
 
     def _read_copy(self, cur: _Open) -> list[Line]:
         """Lines between our offset and the end of the copy logrotate made before truncating."""
         lines: list[Line] = []
-        copy = self._find_by_content(cur.fp_len, cur.fp_hash, cur.offset, exclude=(cur.dev, cur.ino))
+        copy = self._find_by_content(cur, cur.offset, exclude=(cur.dev, cur.ino))
         if copy is not None:
             fd, size = copy
             try:
@@ -432,10 +458,10 @@ class LogFollower:
         return lines
 
     def _find_by_content(
-        self, fp_len: int, fp_hash: str, min_size: int, *, exclude: tuple[int, int]
+        self, marks: _Open, min_size: int, *, exclude: tuple[int, int]
     ) -> tuple[int, int] | None:
-        """An open descriptor and size of the newest sibling file starting with the fingerprint."""
-        if not fp_len:
+        """An open descriptor and size of the newest sibling file with the same content marks."""
+        if not marks.fp_len:
             return None
         best: tuple[float, str] | None = None
         for entry in self._siblings():
@@ -444,7 +470,7 @@ class LogFollower:
                 if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) == exclude or st.st_size < min_size:
                     continue
                 with open(entry.path, "rb") as fh:
-                    if _hash(fh.read(fp_len)) != fp_hash:
+                    if not _same_content(fh.fileno(), marks):
                         continue
             except OSError:
                 continue
@@ -500,7 +526,7 @@ class LogFollower:
                     continue
             f.offset += len(data)
             got += len(data)
-            self._counters_bytes_this_poll += len(data)
+            self._bytes_this_poll += len(data)
             out.extend(f.splitter.feed(data))
         if got:
             f.changed_at = now
@@ -509,6 +535,8 @@ class LogFollower:
                 f.skip_first = False
             if f.fp_len < FINGERPRINT_BYTES:
                 self._refresh_fingerprint(f)
+            if f.tail_end != f.line_end:
+                _mark_tail(f)
         return got
 
     def _refresh_fingerprint(self, f: _Open) -> None:
@@ -544,7 +572,15 @@ class LogFollower:
             if doc.get("version") != _POSITIONS_VERSION:
                 raise ValueError(f"version {doc.get('version')!r}")
             saved = [
-                _Saved(int(e["dev"]), int(e["ino"]), int(e["offset"]), int(e["fp_len"]), str(e["fp_sha256"]))
+                _Saved(
+                    int(e["dev"]),
+                    int(e["ino"]),
+                    int(e["offset"]),
+                    int(e["fp_len"]),
+                    str(e["fp_sha256"]),
+                    int(e.get("tail_len", 0)),
+                    str(e.get("tail_sha256", "")),
+                )
                 for e in doc["files"]
             ]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -598,9 +634,10 @@ class LogFollower:
                 os.close(fd)
                 continue
             f = _Open(fd, s.dev, s.ino, s.offset, LineSplitter(self._max_line_bytes), now, s.fp_len, s.fp_hash)
+            f.tail_len, f.tail_hash, f.tail_end = s.tail_len, s.tail_hash, s.offset
             if name == str(self.path):
                 return f  # content changes (copytruncate) are checked by the caller
-            if _hash(os.pread(fd, s.fp_len, 0)) != s.fp_hash or fst.st_size < s.offset:
+            if fst.st_size < s.offset or not _same_content(fd, f):
                 os.close(fd)  # the inode was reused by an unrelated file
                 continue
             return f
@@ -667,6 +704,28 @@ class LogFollower:
             with contextlib.suppress(Exception):  # already gone with its directory
                 self._observer.unschedule(watch)
         self._watches.clear()
+
+
+def _mark_tail(f: _Open) -> None:
+    """Remember the hash of the bytes just before the last line end (up to FINGERPRINT_BYTES)."""
+    end = f.line_end
+    start = max(0, end - FINGERPRINT_BYTES)
+    try:
+        data = os.pread(f.fd, end - start, start)
+    except OSError:
+        return
+    f.tail_len, f.tail_hash, f.tail_end = len(data), _hash(data), end
+
+
+def _same_content(fd: int, marks: _Open) -> bool:
+    """Whether the file behind ``fd`` still holds the bytes ``marks`` remembers (head and tail)."""
+    if marks.fp_len and _hash(os.pread(fd, marks.fp_len, 0)) != marks.fp_hash:
+        return False
+    if marks.tail_len:
+        data = os.pread(fd, marks.tail_len, marks.tail_end - marks.tail_len)
+        if _hash(data) != marks.tail_hash:
+            return False
+    return True
 
 
 def _next_data(fd: int, offset: int) -> int:
