@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvwatch.parse import logpatterns as P
 from kvwatch.records import (
@@ -157,6 +158,32 @@ def _arg_value(field_name: str, raw: str) -> FactValue:
         return raw
 
 
+def _fast_stats_record(
+    g: tuple[str | Any, ...], lineno: int, ts: LogTime | None, engine: int | None, aggregated: int | None
+) -> StatsRecord:
+    """A StatsRecord from the groups of ``logpatterns.STATS_FAST``."""
+    device = _device(g[7])
+    return StatsRecord(
+        line=lineno,
+        ts=ts,
+        engine=engine,
+        engines_aggregated=aggregated,
+        running=int(g[2]),
+        waiting=int(g[4]),
+        swapped=int(g[3]) if g[3] is not None else None,
+        deferred=int(g[5]) if g[5] is not None else None,
+        preemptions=int(g[6]) if g[6] is not None else None,
+        kv_usage_pct=float(g[8]),
+        # V0's second figure is the CPU swap space, only next to a GPU one (a CPU backend's own
+        # figure is its pool, read as kv_usage_pct).
+        cpu_kv_usage_pct=float(g[9]) if g[9] is not None and device == "gpu" else None,
+        prefix_hit_pct=float(g[10]) if g[10] is not None else None,
+        prompt_tps=float(g[0]),
+        gen_tps=float(g[1]),
+        device=device,
+    )
+
+
 def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None) -> StatsRecord:
     """One stats record whose "Avg prompt throughput:" starts at ``start`` in ``text``."""
     engine = aggregated = None
@@ -167,29 +194,7 @@ def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None
             aggregated = int(m.group(2)) if m.group(2) else None
     fast = P.STATS_FAST.match(text, start, end)
     if fast is not None and "rate" not in text[fast.end() : end] and "Corrupted" not in text[fast.end() : end]:
-        g = fast.groups()
-        device = _device(g[7])
-        if device == "gpu" or g[9] is None:
-            kv, cpu = float(g[8]), (float(g[9]) if g[9] is not None else None)
-        else:  # pragma: no cover - a non-GPU first figure with a second one does not occur in vLLM
-            kv, cpu = float(g[8]), None
-        return StatsRecord(
-            line=lineno,
-            ts=ts,
-            engine=engine,
-            engines_aggregated=aggregated,
-            running=int(g[2]),
-            waiting=int(g[4]),
-            swapped=int(g[3]) if g[3] is not None else None,
-            deferred=int(g[5]) if g[5] is not None else None,
-            preemptions=int(g[6]) if g[6] is not None else None,
-            kv_usage_pct=kv,
-            cpu_kv_usage_pct=cpu,
-            prefix_hit_pct=float(g[10]) if g[10] is not None else None,
-            prompt_tps=float(g[0]),
-            gen_tps=float(g[1]),
-            device=device,
-        )
+        return _fast_stats_record(fast.groups(), lineno, ts, engine, aggregated)
     body = text[start:end]
     values: dict[str, float | int | None] = {}
     for name, rx in P.STATS_PARTS:
@@ -346,26 +351,24 @@ def _plain_stats_line(text: str, lineno: int) -> LineScan | None:
     """The common case, fast: one complete stats record and nothing else on the line.
 
     Gives exactly what the general path below gives for such a line (tests compare them); any
-    other line (glued records, a request line, a cut record, ANSI inside the message) returns None.
+    other line (glued records, a request line, a cut record, extra parts, ANSI inside the
+    message) returns None and takes the general path.
     """
-    start = text.find(P.STATS_START)
-    if start == -1 or text.find(P.STATS_START, start + 1) != -1 or "\r" in text:
+    if "\r" in text or P.STATS_START not in text:
         return None
-    if any(marker in text for marker in P.REQUEST_MARKERS):
-        return None
-    header = P.VLLM_HEADER.search(text, 0, start)
-    if header is None or P.VLLM_HEADER.search(text, start) is not None or "\x1b" in text[header.start() :]:
-        return None
-    body_end = len(text.rstrip("\n"))
-    if "`" in text or not _stats_complete(text[start:body_end]):
+    for marker in P.REQUEST_MARKERS:
+        if marker in text:
+            return None
+    m = P.PLAIN_STATS_LINE.search(text)
+    if m is None or P.VLLM_HEADER.search(text, 0, m.start()) is not None:
         return None
     outer, _ = _outer_time(text)
-    if outer is None:
-        mo, d, hh, mi, sec = header.groups()
-        outer = LogTime(int(mo), int(d), int(hh), int(mi), float(sec.replace(",", ".")))
-    message = text[header.end() : body_end]
-    out = LineScan(ts=outer)
-    out.records.append(parse_stats(message, start - header.end(), len(message), lineno, outer))
+    g = m.groups()
+    ts = outer or LogTime(int(g[0]), int(g[1]), int(g[2]), int(g[3]), float(g[4].replace(",", ".")))
+    engine = int(g[5]) if g[5] is not None else None
+    aggregated = int(g[6]) if g[6] is not None else None
+    out = LineScan(ts=ts)
+    out.records.append(_fast_stats_record(g[7:], lineno, ts, engine, aggregated))
     return out
 
 

@@ -89,6 +89,12 @@ STATS_FAST = re.compile(
     r"(?:Deferred: (\d+) reqs, )?(?:Preemptions: (\d+), )?([A-Z]{3}) KV cache usage: ([\d.]+)%"
     r"(?:, CPU KV cache usage: ([\d.]+)%)?(?:, Prefix cache hit rate: ([\d.]+)%)?"
 )
+# A whole physical line that is one such record and nothing else: vLLM's header, the optional
+# engine prefix, the record, its end. Most stats lines of a large log are read by this one match.
+PLAIN_STATS_LINE = re.compile(
+    VLLM_HEADER.pattern + r"(?:Engine (\d+): |(\d+) Engines Aggregated: )?" + STATS_FAST.pattern + r"\.?\n?$"
+)
+
 # "<DEVICE> KV cache usage: X%": "GPU" (all versions), V0's second "CPU" (swap space), and from
 # 0.30 the upper-cased device type ("CPU", "XPU", ...) of non-CUDA backends.
 STATS_KV_USAGE = re.compile(r"(?<![A-Za-z0-9])([A-Za-z][A-Za-z0-9]*(?: \+ host)?) KV cache usage: ([\d.]+)%")
