@@ -60,6 +60,7 @@ SCRAPE_INTERVAL = 1.0
 POLL_SECONDS = 0.5
 VLLM_READY_TIMEOUT = 240.0  # measured 58 s cold, less with the compile cache
 KVWATCH_READY_TIMEOUT = 30.0
+CATCH_UP_TIMEOUT = 20.0  # vLLM ready -> kvwatch knows the pool (20 scrape intervals)
 SETTLE_TIMEOUT = 90.0  # after the drain: the default 60 s window must forget the preemptions
 STATES = ("idle", "ok", "memory_bound", "seq_bound", "queued", "preempting")
 # kvwatch's own log line for a state change (kvwatch.reconcile.live): "state: engine 0 (m): a -> b (...)"
@@ -104,6 +105,7 @@ class Scenario:
     workdir: Path
     vllm_ready_seconds: float | None = None
     kvwatch_error: str | None = None  # kvwatch never served /metrics, or died
+    pool_known_seconds: float | None = None  # vLLM ready -> kvwatch has the pool from log and metrics
     baseline: Samples = field(default_factory=list)  # kvwatch once it knew the pool
     load: LoadResult | None = None
     under_load: list[Poll] = field(default_factory=list)
@@ -122,6 +124,7 @@ class Scenario:
             "mode": self.mode,
             "kvwatch_error": self.kvwatch_error,
             "vllm_ready_seconds": None if self.vllm_ready_seconds is None else round(self.vllm_ready_seconds, 1),
+            "pool_known_seconds": None if self.pool_known_seconds is None else round(self.pool_known_seconds, 1),
             "timings_seconds": {k: round(v, 1) for k, v in self.timings.items()},
             "load": None
             if self.load is None
@@ -183,7 +186,8 @@ def _drive(sc: Scenario, kvwatch: StartedProcess, kvwatch_url: str, vllm_base: s
         return
     # The pool comes from the startup block of the log and from cache_config_info: wait for both,
     # bounded, so "under load" really starts with a kvwatch that has read the startup.
-    _wait_until(lambda: _pool_known(kvwatch_url), 20.0)
+    if _wait_until(lambda: _pool_known(kvwatch_url), CATCH_UP_TIMEOUT):
+        sc.pool_known_seconds = time.monotonic() - began
     sc.baseline = scrape(kvwatch_url)
     sc.timings["kvwatch_ready"] = time.monotonic() - began
 
@@ -412,7 +416,19 @@ def test_saturation_state_goes_memory_bound_then_idle(scenario: Scenario) -> Non
     assert "memory_bound" in states, f"states seen: {sorted(set(map(str, states)))}"
     after = states[states.index("memory_bound") :]
     assert after[-1] == "idle", f"did not reach idle within {SETTLE_TIMEOUT:.0f} s of the drain: {after[-5:]}"
-    assert current_state(scenario.baseline) in ("idle", "ok"), "state before the load"
+
+
+def test_kvwatch_catches_up_with_a_fresh_vllm_before_the_load(scenario: Scenario) -> None:
+    """Within CATCH_UP_TIMEOUT of vLLM answering /health, kvwatch has the pool from both the log
+    and /metrics and judges the idle server idle. In wrapper mode vLLM is always just starting,
+    so a scrape backoff that outlasts its start would blind kvwatch for the first minute."""
+    _kvwatch_up(scenario)
+    pool = {s: values(scenario.baseline, "kvwatch_kv_pool_tokens", source=s) for s in ("log", "metrics")}
+    up = {lab.get("source"): v for n, lab, v in scenario.baseline if n == "kvwatch_source_up"}
+    assert scenario.pool_known_seconds is not None, (
+        f"{CATCH_UP_TIMEOUT:.0f} s after vLLM was ready kvwatch still lacked the pool: {pool}, source_up {up}"
+    )
+    assert current_state(scenario.baseline) == "idle", f"state before the load: {current_state(scenario.baseline)}"
 
 
 def test_preemptions_from_metrics_equal_vllm_counter(scenario: Scenario) -> None:
