@@ -382,9 +382,11 @@ def test_observed_bytes_per_token_ignores_the_blocks_override(scenario: Scenario
     ``--num-gpu-blocks-override 32`` shrank the pool: 1 GiB / 1,024 tokens would claim 1 MiB per
     token. Where kvwatch exports source=observed, it must be the real 1,024 bytes."""
     _kvwatch_up(scenario)
-    samples = scenario.final_kvwatch or scenario.baseline
-    observed = values(samples, "kvwatch_kv_bytes_per_token", source="observed")
-    assert observed in ([], [KV_BYTES_PER_TOKEN]), f"kvwatch_kv_bytes_per_token{{source=observed}}: {observed}"
+    for when, samples in (("before the load", scenario.baseline), ("after the drain", scenario.final_kvwatch)):
+        observed = values(samples, "kvwatch_kv_bytes_per_token", source="observed")
+        assert observed in ([], [KV_BYTES_PER_TOKEN]), (
+            f"{when}: kvwatch_kv_bytes_per_token{{source=observed}} {observed}"
+        )
 
 
 def test_load_made_vllm_itself_memory_bound(scenario: Scenario) -> None:
