@@ -1,15 +1,21 @@
 """Saved logs in: plain files, ``.gz``, ``-`` (stdin); fast candidate-line scanning; parallel fan-out.
 
 Reading every line of a multi-GB log in Python is far too slow, and most lines (access lines,
-"Received request ...") say nothing about the KV cache. So logs are read as large binary chunks
-cut at a newline, and only *candidate* physical lines are decoded: lines holding one of
-``logpatterns.PREFILTER_ANCHORS`` (found with ``bytes.find``, one C-speed pass per literal), plus
-the line after a stats record that stops short of its KV usage (a hard-wrapped record continues
-there). Candidates go through the one ``LogParser`` in order, with their true line numbers.
+"Received request ...") say nothing about the KV cache. So logs are read as large binary chunks of
+whole lines, and only *candidate* physical lines are decoded and parsed:
 
-A large plain file is cut into byte ranges scanned by worker processes (``jobs``); the ranges come
-back in order, so the result is the same as a serial read. Memory is bounded by the chunk size
-times the ranges in flight, never by the input size.
+* small inputs, and the first and last chunk of a large one, are searched for every literal of
+  ``logpatterns.PREFILTER_ANCHORS`` (``bytes.find``, one C-speed pass per literal);
+* the big middle of a large log gets one pass for ``PRIMARY_ANCHORS`` ("cache": every stats
+  record, preemption and capacity error), and the other literals are looked for only in a window
+  of WINDOW_BYTES around startup lines (with the neighbouring chunk's bytes as context);
+* a line whose KV usage has no record start before it brings the line before (the first half of a
+  hard-wrapped record), and a record that does not end in its last percentage brings the next.
+
+Candidates go through the one ``LogParser`` in order, with their true line numbers. A large plain
+file is cut into chunk-sized byte ranges scanned (and parsed) by worker processes; results come
+back in file order, so the outcome is the same as a serial read (tests compare them). Memory is
+bounded by the chunk size times the ranges in flight, never by the input size.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ _STATS = STATS_START.encode()
 _KV_USAGE = b"KV cache usage"
 _REQUEST = tuple(m.encode() for m in REQUEST_MARKERS)
 _NOT_STARTUP = (b"throughput", b"hit rate", b"preempted", b"EngineDead", *_REQUEST)
-WINDOW_BYTES = 512 << 10  # startup lines sit this close to a "cache"/"memory" startup line
+WINDOW_BYTES = 512 << 10  # startup lines sit this close to a startup line that says "cache"
 FULL_SCAN_BYTES = 64 << 20  # inputs up to this size are scanned for every anchor everywhere
 
 
