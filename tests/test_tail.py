@@ -482,3 +482,47 @@ def test_copytruncate_rewritten_with_an_identical_head_is_still_noticed(tmp_path
         follower = LogFollower(log, state_dir=state, use_watchdog=False)
     assert texts(follower.poll()) == ["a 2", "=" * 600, "b 1", "b 2"]
     follower.close()
+
+
+def test_restart_racing_a_rename_still_finds_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log, state = tmp_path / "vllm.log", tmp_path / "state"
+    log.touch()
+    follower = LogFollower(log, state_dir=state, use_watchdog=False, rotate_wait=0)
+    append(log, b"read\n")
+    follower.poll()
+    follower.commit()
+    follower.close()
+    append(log, b"unread old\n")
+    stat_path = LogFollower._stat_path
+    rotated: list[bool] = []
+
+    def stat_then_rotate(self: LogFollower) -> os.stat_result | None:
+        st = stat_path(self)
+        if not rotated:  # the writer rotates right after the restore looked at the path
+            rotate_rename(log)
+            append(log, b"new\n")
+            rotated.append(True)
+        return st
+
+    monkeypatch.setattr(LogFollower, "_stat_path", stat_then_rotate)
+    follower = LogFollower(log, state_dir=state, use_watchdog=False, rotate_wait=0)
+    assert texts(follower.poll()) == ["unread old", "new"]
+    follower.close()
+
+
+def test_lines_recovered_from_a_copy_at_restart_survive_a_second_crash(tmp_path: Path) -> None:
+    log, state = tmp_path / "vllm.log", tmp_path / "state"
+    log.touch()
+    follower = LogFollower(log, state_dir=state, use_watchdog=False)
+    append(log, b"read\n")
+    follower.poll()
+    follower.commit()
+    follower.close()
+    append(log, b"unread old\n")
+    rotate_copytruncate(log)
+    append(log, b"new\n")
+    follower = LogFollower(log, state_dir=state, use_watchdog=False)
+    assert texts(follower.poll()) == ["unread old", "new"]
+    follower = restart(follower, log, state)  # killed before processing that batch
+    assert texts(follower.poll()) == ["unread old", "new"]
+    follower.close()

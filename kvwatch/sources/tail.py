@@ -44,7 +44,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,9 +194,12 @@ class LogFollower:
         elif not from_start:
             self._open_current(at_end=True)
         self._start_observer()
-        # Record where we start (the end of the file, by default) at once: a restart before the
-        # first commit then resumes here instead of at a later end, losing what came between.
-        self.commit()
+        if saved is None:
+            # Record where we start (the end of the file, by default) at once: a restart before
+            # the first commit then resumes here instead of at a later end, losing what came
+            # between. Not after a restore: lines recovered from a copy are not delivered yet,
+            # and the saved positions must keep pointing before them until they are.
+            self.commit()
 
     # ------------------------------------------------------------------ public
 
@@ -613,18 +616,23 @@ class LogFollower:
             # The file at path is not one we read before: it was created since, all of it is new.
             self._open_current(at_end=False)
 
+    def _named_by_identity(self, s: _Saved, at_path: bool) -> Iterator[str]:
+        if at_path:
+            yield str(self.path)
+        for entry in self._siblings():
+            with contextlib.suppress(OSError):
+                est = entry.stat(follow_symlinks=False)
+                if (est.st_dev, est.st_ino) == (s.dev, s.ino):
+                    yield entry.path
+
     def _reopen(self, s: _Saved, st: os.stat_result | None, now: float) -> _Open | None:
-        """Open the saved file by identity: at path if it is still there, else among its siblings."""
-        candidates: list[str] = []
-        if st is not None and (st.st_dev, st.st_ino) == (s.dev, s.ino):
-            candidates.append(str(self.path))
-        else:
-            for entry in self._siblings():
-                with contextlib.suppress(OSError):
-                    est = entry.stat(follow_symlinks=False)
-                    if (est.st_dev, est.st_ino) == (s.dev, s.ino):
-                        candidates.append(entry.path)
-        for name in candidates:
+        """Open the saved file by identity: at path if it is still there, else among its siblings.
+
+        Siblings are looked at even when the stat said "at path": the file may have been renamed
+        between that stat and our open.
+        """
+        at_path = st is not None and (st.st_dev, st.st_ino) == (s.dev, s.ino)
+        for name in self._named_by_identity(s, at_path):
             try:
                 fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError:
