@@ -504,6 +504,21 @@ ERROR_CASES = [
 ]
 
 
+ERROR_CASES += [
+    pytest.param(
+        "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+        "proc(s): {}",
+        "other",
+        id="v0.8-engine-core-initialization-failed",
+    ),
+    pytest.param(
+        "(EngineCore pid=316) ERROR 08-21 18:37:44 [core.py:1344] EngineCore failed to start.",
+        "other",
+        id="v0.10-enginecore-failed-to-start",
+    ),
+]
+
+
 @pytest.mark.parametrize(("line", "kind"), ERROR_CASES)
 def test_error_kinds(line: str, kind: str) -> None:
     errors = [r for r in parse_line(line, 4) if isinstance(r, ErrorRecord)]
@@ -511,17 +526,23 @@ def test_error_kinds(line: str, kind: str) -> None:
     assert errors[0].message in line  # vLLM's own text, nothing added
 
 
+ENGINE_DEAD = (
+    "(APIServer pid=1) ERROR 11-29 14:48:34 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+    "EngineCore encountered an issue. See stack trace (above) for the root cause."
+)
+
+
 def test_engine_dead_after_clean_sigint_is_not_a_crash() -> None:
     parser = LogParser()
     shutdown = "(APIServer pid=1) INFO 11-29 14:48:34 [launcher.py:254] [shutdown] API server: shutdown triggered"
-    dead = ERROR_CASES[-1].values[0]
+    dead = ENGINE_DEAD
     out = parser.feed_line(shutdown, 1) + parser.feed_line(dead, 2)
     assert not [r for r in out if isinstance(r, ErrorRecord)]
 
 
 def test_engine_dead_followed_by_shutdown_lines_is_not_a_crash() -> None:
     parser = LogParser()
-    dead = ERROR_CASES[-1].values[0]
+    dead = ENGINE_DEAD
     stopped = "(APIServer pid=1) INFO 11-29 14:48:34 [launcher.py:279] [shutdown] API server: engine client stopped"
     out = parser.feed_line(V1_083, 1) + parser.feed_line(dead, 2) + parser.feed_line(stopped, 3) + parser.finish()
     assert not [r for r in out if isinstance(r, ErrorRecord)]
@@ -529,7 +550,7 @@ def test_engine_dead_followed_by_shutdown_lines_is_not_a_crash() -> None:
 
 def test_engine_dead_while_serving_is_a_crash() -> None:
     parser = LogParser()
-    out = parser.feed_line(V1_083, 1) + parser.feed_line(ERROR_CASES[-1].values[0], 2) + parser.finish()
+    out = parser.feed_line(V1_083, 1) + parser.feed_line(ENGINE_DEAD, 2) + parser.finish()
     assert [r.kind for r in out if isinstance(r, ErrorRecord)] == ["engine_dead"]
 
 
@@ -553,6 +574,21 @@ def test_one_startup_block_is_one_run_even_with_per_worker_lines() -> None:
     available = "(Worker pid={p}) INFO 11-29 14:01:02 [gpu_worker.py:298] Available KV cache memory: 54.71 GiB"
     lines = [BANNER, available.format(p=1), available.format(p=2), kv_size.format(p=1), kv_size.format(p=2), V1_083]
     assert _runs(lines) == 1
+
+
+def test_data_parallel_engine_cores_starting_side_by_side_are_one_run() -> None:
+    dump = (
+        "(EngineCore_DP{n} pid=3{n}) INFO 11-29 14:00:05 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with "
+        "config: model='m', max_seq_len=32768, kv_cache_dtype=auto, enable_prefix_caching=True"
+    )
+    size = "(EngineCore_DP{n} pid=3{n}) INFO 11-29 14:01:03 [kv_cache_utils.py:716] GPU KV cache size: 491,520 tokens"
+    lines = [BANNER, dump.format(n=0), size.format(n=0), dump.format(n=1), size.format(n=1), V1_083]
+    assert _runs(lines) == 1
+
+
+def test_a_restart_that_crashed_before_serving_is_a_second_run() -> None:
+    args = "(APIServer pid={p}) INFO 11-29 14:00:01 [utils.py:328] non-default args: {{'max_model_len': 32768}}"
+    assert _runs([args.format(p=1), args.format(p=2), V1_083]) == 2
 
 
 def test_startup_lines_going_back_in_phase_start_a_run() -> None:

@@ -417,8 +417,9 @@ class LogParser:
         # (lineno, (open text, stats start, time), records of that line)
         self._pending: tuple[int, tuple[str, int, LogTime | None], list[LogRecord]] | None = None
         self._stats_in_run = False
-        self._max_phase = -1
+        self._max_phase: dict[str, int] = {}  # highest startup phase per process in the current run
         self._seen: set[tuple[str, str]] = set()  # (row name, process) in the current run
+        self._kinds: set[str] = set()  # row names in the current run
         self._any_content = False
         self._shutting_down = False
         self._dead: ErrorRecord | None = None  # an EngineDeadError waiting to see what follows
@@ -485,17 +486,26 @@ class LogParser:
         records: list[LogRecord] = []
         for name, phase in scan.kinds:
             key = (name, scan.process)
+            # A new server start: a startup line after stats; the banner/args/command line again
+            # (once per server, whichever process); a once-per-process line again from the same
+            # process; or one process going back two startup phases. Different processes of one
+            # start (TP/PP workers, DP engine cores) interleave freely.
             new_run = self._any_content and (
-                self._stats_in_run or phase <= self._max_phase - 2 or (key in self._seen and phase != 5)
+                self._stats_in_run
+                or (phase <= 1 and name in self._kinds)
+                or (key in self._seen and phase != 5)
+                or phase <= self._max_phase.get(scan.process, -1) - 2
             )
             if new_run:
                 records.append(RunStartRecord(lineno, scan.ts, name))
                 self._stats_in_run = False
-                self._max_phase = -1
+                self._max_phase.clear()
                 self._seen.clear()
+                self._kinds.clear()
                 self._shutting_down = False
             self._seen.add(key)
-            self._max_phase = max(self._max_phase, phase)
+            self._kinds.add(name)
+            self._max_phase[scan.process] = max(self._max_phase.get(scan.process, -1), phase)
             self._any_content = True
         if scan.shutdown:
             self._shutting_down = True

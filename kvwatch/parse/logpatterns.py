@@ -516,6 +516,22 @@ LINE_KINDS: tuple[LineKind, ...] = (
         error="oom",
     ),
     _row(
+        "engine_init_failed",
+        "initialization failed",
+        r"Engine core initialization failed\.",
+        "0.8-0.33 (V1, API server)",
+        "the engine never started; its cause (a capacity error above, or not) is in the EngineCore lines",
+        error="other",
+    ),
+    _row(
+        "engine_start_failed",
+        "failed to start",
+        r"EngineCore failed to start\.",
+        "0.8-0.33 (V1, EngineCore)",
+        "the engine process gave up during startup",
+        error="other",
+    ),
+    _row(
         "engine_dead",
         "EngineDeadError",
         r"EngineDeadError: EngineCore encountered an issue\.?",
@@ -556,6 +572,8 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"max_num_batched_tokens",
     b"max model len",
     b"EngineDead",
+    b"initialization failed",
+    b"failed to start",
     b"hutdown",  # "[shutdown]", "Shutting down" is "Shutting": see below
     b"Shutting",
     b"SIG",  # SIGINT / SIGTERM
