@@ -237,6 +237,12 @@ STARTUP_CASES = [
         id="v0.16-ascii-logo-version",
     ),
     pytest.param(
+        "(APIServer pid=2424) INFO 11-29 14:24:58 [api_utils.py:347]   █▄█▀ █     █     █     █  "
+        "model   /tmp/tinyllama",
+        {"config.model": "/tmp/tinyllama"},
+        id="v0.16-ascii-logo-model",
+    ),
+    pytest.param(
         "INFO 11-29 14:00:01 api_server.py:529] args: Namespace(host=None, port=8000, model='meta-llama/Llama-2-7b', "
         "dtype='auto', kv_cache_dtype='auto', max_model_len=None, block_size=16, enable_prefix_caching=False, "
         "gpu_memory_utilization=0.9, tensor_parallel_size=2, max_num_batched_tokens=None, max_num_seqs=256, "

@@ -218,6 +218,14 @@ LINE_KINDS: tuple[LineKind, ...] = (
         phase=0,
     ),
     _row(
+        "logo_model",
+        "model   ",
+        r"[█▄▀]\s+model\s{2,}(\S+)",
+        "0.16-0.33",
+        "the ASCII-art logo prints '  model   <m>' under the version",
+        fields=("config.model",),
+    ),
+    _row(
         "engine_config",
         "with config",
         CONFIG_DUMP.pattern,
@@ -560,6 +568,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     # cache_config_info, kv_insufficient, no_kv_memory
     b"Cache",  # V0 three-line profiling "reserved for KV Cache is"
     b"version",  # banners, logo
+    b"model   ",  # the logo's model line
     b"args",  # non-default args / args: Namespace
     b"vllm",  # a pasted "$ vllm serve ..." / "python -m vllm.entrypoints..." command line
     b"blocks",  # block counts, override
