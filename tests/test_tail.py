@@ -526,3 +526,27 @@ def test_lines_recovered_from_a_copy_at_restart_survive_a_second_crash(tmp_path:
     follower = restart(follower, log, state)  # killed before processing that batch
     assert texts(follower.poll()) == ["unread old", "new"]
     follower.close()
+
+
+def test_copytruncate_between_the_check_and_the_read_is_caught_after_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.touch()
+    follower = LogFollower(log, use_watchdog=False, rotate_wait=0)
+    append(log, b"old 1\n")
+    assert texts(follower.poll()) == ["old 1"]
+    append(log, b"old 2, unread\n")
+    check = LogFollower._check_truncated
+    done: list[bool] = []
+
+    def check_then_rotate(self: LogFollower, cur: object, now: float) -> None:
+        check(self, cur, now)  # type: ignore[arg-type]
+        if not done:  # the follower stalls here while logrotate runs and the writer writes on
+            rotate_copytruncate(log)
+            append(log, b"new 1, long enough to regrow past the old offset\nnew 2\n")
+            done.append(True)
+
+    monkeypatch.setattr(LogFollower, "_check_truncated", check_then_rotate)
+    assert texts(follower.poll()) == ["old 2, unread", "new 1, long enough to regrow past the old offset", "new 2"]
+    follower.close()

@@ -128,6 +128,15 @@ class LineSplitter:
             return None
         return self._take()
 
+    def state(self) -> tuple[bytes, bool, int]:
+        """The held partial line, to ``restore`` if what was fed since must be taken back."""
+        return bytes(self._buf), self._over, self.held
+
+    def restore(self, state: tuple[bytes, bool, int]) -> None:
+        """Go back to a ``state()``."""
+        buf, self._over, self.held = state
+        self._buf = bytearray(buf)
+
     def _append(self, chunk: bytes) -> None:
         self.held += len(chunk)
         room = self._max - len(self._buf)

@@ -511,8 +511,31 @@ class LogFollower:
         if self._pending_from_copy is not None and f is self._current:
             out.extend(self._pending_from_copy)
             self._pending_from_copy = None
+        start, offset, held = len(out), f.offset, f.splitter.state()
+        got = self._read_raw(f, out, budget)
+        if got and f is self._current and not _same_content(f.fd, f):
+            # Copytruncated, and regrown past our offset, between the check and the read: what
+            # was read is new content at an old offset. Forget it and take the truncation path.
+            del out[start:]
+            f.offset = offset
+            f.splitter.restore(held)
+            self._check_truncated(f, now)
+            out.extend(self._pending_from_copy or [])
+            self._pending_from_copy = None
+            got = self._read_raw(f, out, budget)
+        if got:
+            f.changed_at = now
+            if f.skip_first and len(out) > start:
+                del out[start]
+                f.skip_first = False
+            if f.fp_len < FINGERPRINT_BYTES:
+                self._refresh_fingerprint(f)
+            if f.tail_end != f.line_end:
+                _mark_tail(f)
+        return got
+
+    def _read_raw(self, f: _Open, out: list[Line], budget: int) -> int:
         got = 0
-        start = len(out)
         while got < budget:
             try:
                 data = os.pread(f.fd, _CHUNK, f.offset)
@@ -531,15 +554,6 @@ class LogFollower:
             got += len(data)
             self._bytes_this_poll += len(data)
             out.extend(f.splitter.feed(data))
-        if got:
-            f.changed_at = now
-            if f.skip_first and len(out) > start:
-                del out[start]
-                f.skip_first = False
-            if f.fp_len < FINGERPRINT_BYTES:
-                self._refresh_fingerprint(f)
-            if f.tail_end != f.line_end:
-                _mark_tail(f)
         return got
 
     def _refresh_fingerprint(self, f: _Open) -> None:
