@@ -8,6 +8,7 @@ both with watchdog (inotify) and with the polling fallback.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -550,3 +551,20 @@ def test_copytruncate_between_the_check_and_the_read_is_caught_after_the_read(
     monkeypatch.setattr(LogFollower, "_check_truncated", check_then_rotate)
     assert texts(follower.poll()) == ["old 2, unread", "new 1, long enough to regrow past the old offset", "new 2"]
     follower.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        ("InotifyEmitter.queue_events() called when the thread is inactive", False),
+        ("Inotify queue overflowed; filesystem events were lost", True),
+    ],
+    ids=["unschedule_race_is_noise", "real_trouble_is_kept"],
+)
+def test_watchdog_noise_from_dropping_the_watch_is_filtered(tmp_path: Path, message: str, kept: bool) -> None:
+    log = tmp_path / "vllm.log"
+    log.touch()
+    with LogFollower(log, use_watchdog=True):
+        logger = logging.getLogger("watchdog.observers.inotify")
+        record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, None, None)
+        assert bool(logger.filter(record)) is kept
