@@ -323,3 +323,32 @@ def test_v0_prefix_hit_record_fills_the_last_stats_record(tmp_path: Path, capsys
     assert doc["stats"]["last"]["prefix_hit_pct"] is None  # the last record had no hit-rate line
     log.write_text(f"{stats}\n{hit}\n")
     assert analyze_json(log, capsys)["stats"]["last"]["prefix_hit_pct"] == 42.17
+
+
+def test_timeline_stays_bounded_and_keeps_the_peaks() -> None:
+    from kvwatch.reconcile.analysis import TIMELINE_BUCKETS, Analysis
+    from kvwatch.records import LogTime, StatsRecord
+
+    analysis = Analysis()
+    records = [
+        StatsRecord(i, LogTime(11, 29, 10 + i // 3600, i // 60 % 60, float(i % 60)), 0, None, i % 7, (i * 13) % 50,
+                    kv_usage_pct=float(i % 101))
+        for i in range(5_000)
+    ]  # fmt: skip
+    analysis.add(records)
+    (engine,) = analysis.document()["stats"]["engines"]
+    timeline = engine["timeline"]
+    assert TIMELINE_BUCKETS <= len(timeline) < 2 * TIMELINE_BUCKETS
+    assert sum(b["records"] for b in timeline) == 5_000
+    assert max(b["peak_waiting"] for b in timeline) == 49
+    assert max(b["peak_kv_usage_pct"] for b in timeline) == 100.0
+    assert timeline[0]["start_ts"] == "--11-29T10:00:00"
+
+
+def test_text_report_draws_the_timeline(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(["analyze", str(SEED_LOG)], capsys)
+    block = out.split("Timeline\n", 1)[1].splitlines()
+    assert block[0].startswith("  11-29 14:45:07 .. 11-29 14:48:27")
+    waiting = next(line for line in block if line.startswith("  waiting"))
+    assert waiting.endswith("max 16")
+    assert len(waiting.split()[1]) == 21  # one column per stats record in a short log

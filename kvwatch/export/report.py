@@ -140,6 +140,40 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def _spark(values: list[Any], top: float | None = None) -> str:
+    """One character per bucket, scaled to ``top`` (the row's peak); blank where unknown."""
+    known = [v for v in values if isinstance(v, int | float)]
+    peak = top if top is not None else max(known, default=0)
+    if not peak:
+        return "".join(" " if v is None else _BARS[0] for v in values)
+    return "".join(
+        " " if v is None else _BARS[min(len(_BARS) - 1, int(v / peak * (len(_BARS) - 1) + 0.5))] for v in values
+    )
+
+
+def timeline_lines(doc: dict[str, Any], max_engines: int = 4) -> list[str]:
+    """Sparklines of peak running, waiting and KV usage per engine (each column a time bucket)."""
+    out: list[str] = []
+    engines = [e for e in doc["stats"].get("engines", []) if e.get("timeline")][:max_engines]
+    for e in engines:
+        tl = e["timeline"]
+        if len(engines) > 1:
+            out.append(f"engine {e['engine']}" + (f" of {e['source']}" if e["source"] else ""))
+        per = max(b["records"] for b in tl)
+        out.append(f"  {_t(tl[0]['start_ts'])} .. {_t(tl[-1]['end_ts'])}, {per} record(s) per column, peaks:")
+        running = [b["peak_running"] for b in tl]
+        waiting = [b["peak_waiting"] for b in tl]
+        kv = [b["peak_kv_usage_pct"] for b in tl]
+        out.append(f"  running  {_spark(running)}  max {_n(max((v for v in running if v is not None), default=None))}")
+        out.append(f"  waiting  {_spark(waiting)}  max {_n(max((v for v in waiting if v is not None), default=None))}")
+        peak_kv = max((v for v in kv if v is not None), default=None)
+        out.append(f"  KV %     {_spark(kv, 100.0)}  max {_n(peak_kv, ' %', 1)}")
+    return out
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """A plain-text report: server, what happened, diagnosis."""
     out: list[str] = []
@@ -151,6 +185,9 @@ def render_text(doc: dict[str, Any]) -> str:
         out.append(title)
         width = max(len(k) for k, _ in rows)
         out.extend(f"  {k:<{width}}  {v}" for k, v in rows)
+    spark = timeline_lines(doc)
+    if spark:
+        out += ["", "Timeline", *spark]
     if diag["levers"]:
         out.append("")
         out.append("Levers")
@@ -176,6 +213,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for title, rows in (("Server", _server_lines(doc)), ("What happened", _happened_lines(doc))):
         out += ["", f"### {title}", "", "| | |", "| --- | --- |"]
         out += [f"| {_md_cell(k.strip())} | {_md_cell(v)} |" for k, v in rows]
+    spark = timeline_lines(doc)
+    if spark:
+        out += ["", "### Timeline", "", "```", *spark, "```"]
     if diag["levers"]:
         out += ["", "### Levers", ""] + [f"- {_md_cell(_lever(lever))}" for lever in diag["levers"]]
     out += ["", "Inputs: " + ", ".join(f"`{i['path']}` ({i['lines']:,} lines)" for i in doc["inputs"])]

@@ -128,6 +128,54 @@ class _Episode:
     records: int = 0
 
 
+TIMELINE_BUCKETS = 48  # columns of the timeline an on-call engineer reads at a glance
+
+
+class Timeline:
+    """A bounded timeline of one engine: at most 2 x TIMELINE_BUCKETS buckets, each the peaks of
+    consecutive stats records. When full, neighbours merge, so memory stays constant."""
+
+    def __init__(self, size: int = TIMELINE_BUCKETS) -> None:
+        self.size = size
+        self.step = 1  # records per bucket
+        # [first ts, last ts, records, peak running, peak waiting, peak KV usage %]
+        self.buckets: list[list[Any]] = []
+
+    def add(self, rec: StatsRecord) -> None:
+        """Fold one stats record into the last bucket or a new one."""
+        last = self.buckets[-1] if self.buckets else None
+        if last is None or last[2] >= self.step:
+            self.buckets.append([rec.ts, rec.ts, 1, rec.running, rec.waiting, rec.kv_usage_pct])
+        else:
+            last[1] = rec.ts
+            last[2] += 1
+            last[3] = _max(last[3], rec.running)
+            last[4] = _max(last[4], rec.waiting)
+            last[5] = _max(last[5], rec.kv_usage_pct)
+        if len(self.buckets) >= 2 * self.size:
+            merged = []
+            for a, b in zip(self.buckets[::2], self.buckets[1::2], strict=False):
+                merged.append([a[0], b[1], a[2] + b[2], _max(a[3], b[3]), _max(a[4], b[4]), _max(a[5], b[5])])
+            if len(self.buckets) % 2:
+                merged.append(self.buckets[-1])
+            self.buckets = merged
+            self.step *= 2
+
+    def document(self) -> list[dict[str, Any]]:
+        """The buckets as JSON objects (peaks, never averages)."""
+        return [
+            {
+                "start_ts": _iso(b[0]),
+                "end_ts": _iso(b[1]),
+                "records": b[2],
+                "peak_running": b[3],
+                "peak_waiting": b[4],
+                "peak_kv_usage_pct": b[5],
+            }
+            for b in self.buckets
+        ]
+
+
 @dataclass
 class _EngineState:
     """Saturation bookkeeping of one (input, engine)."""
@@ -142,6 +190,7 @@ class _EngineState:
     max_kv: float | None = None
     last_state: str | None = None
     last_t: float = float("-inf")
+    timeline: Timeline = field(default_factory=Timeline)
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -281,6 +330,7 @@ class Analysis:
         state.max_running = _max(state.max_running, rec.running)
         state.max_waiting = _max(state.max_waiting, rec.waiting)
         state.max_kv = _max(state.max_kv, rec.kv_usage_pct)
+        state.timeline.add(rec)
         ep = state.episode
         if verdict_state == "memory_bound":
             self.mb_records += 1
@@ -403,6 +453,7 @@ class Analysis:
                 "max_kv_usage_pct": st.max_kv,
                 "verdict": st.verdict.verdict(),
                 "last_state": st.last_state,
+                "timeline": st.timeline.document(),
             }
             for (src, eng), st in self._engines.items()
         ]
