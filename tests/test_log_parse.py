@@ -658,3 +658,19 @@ def test_fast_path_for_plain_stats_lines_equals_the_general_path(
     assert fast.records == general.records
     assert fast.ts == general.ts
     assert expected.items() <= {k: getattr(fast.records[0], k) for k in expected}.items()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param("INFO 11-29 14:02:03 metrics.py:351] Avg prompt throughput: ...", id="doc-placeholder-numbers"),
+        pytest.param("Avg prompt throughput: 1.2.3 tokens/s, Running: 1..2 reqs, GPU KV cache usage: .%", id="dots"),
+        pytest.param("GPU KV cache size: ,,, tokens, Maximum concurrency for , tokens per request: .x", id="commas"),
+        pytest.param("args: Namespace(max_num_seqs=abc, block_size=[, gpu_memory_utilization=)", id="broken-args"),
+        pytest.param("\x00\x01\x1b[" * 50 + "Engine 000: Avg prompt throughput: 1.0", id="control-bytes"),
+    ],
+)
+def test_malformed_numbers_never_raise(line: str) -> None:
+    parser = LogParser()
+    parser.feed_line(line, 1)
+    parser.finish()

@@ -99,6 +99,7 @@ def split_records(text: str) -> list[Segment]:
 
 
 def _num(raw: str) -> int | float:
+    """A number as vLLM prints it (thousands separators allowed); ValueError for anything else."""
     raw = raw.replace(",", "")
     return float(raw) if "." in raw else int(raw)
 
@@ -200,7 +201,7 @@ def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None
     for name, rx in P.STATS_PARTS:
         m = rx.search(body)
         if m:
-            values[name] = _num(m.group(1))
+            values[name] = _num(m.group(1))  # the part regexes admit only well-formed numbers
     usage: list[tuple[str, str]] = P.STATS_KV_USAGE.findall(body)
     part_device: str | None = None
     kv_pct: float | None = None

@@ -69,25 +69,25 @@ STATS_ENGINE = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated): *$")
 
 # The parts of one record, each optional so that every version's subset reads (field, regex).
 STATS_PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("prompt_tps", re.compile(r"Avg prompt throughput: (-?[\d.]+)")),  # all versions
-    ("gen_tps", re.compile(r"Avg generation throughput: (-?[\d.]+)")),  # all versions
+    ("prompt_tps", re.compile(r"Avg prompt throughput: (-?\d+(?:\.\d+)?)")),  # all versions
+    ("gen_tps", re.compile(r"Avg generation throughput: (-?\d+(?:\.\d+)?)")),  # all versions
     ("running", re.compile(r"Running: (\d+) reqs")),  # all versions
     ("swapped", re.compile(r"Swapped: (\d+) reqs")),  # V0 0.4.1-0.10.2 only
     ("waiting", re.compile(r"(?:Pending|Waiting): (\d+) reqs")),  # V0 "Pending", V1 "Waiting"
     ("deferred", re.compile(r"Deferred: (\d+) reqs")),  # V1 0.20+, only when > 0
     ("preemptions", re.compile(r"Preemptions: (\d+)")),  # V1 0.11.1+, only when > 0
-    ("prefix_hit_pct", re.compile(r"(?<![A-Za-z] )Prefix cache hit rate: ([\d.]+)%")),  # V1 0.7.3+
-    ("external_prefix_hit_pct", re.compile(r"External prefix cache hit rate: ([\d.]+)%")),  # V1 0.11.1+
-    ("mm_cache_hit_pct", re.compile(r"MM cache hit rate: ([\d.]+)%")),  # V1 0.11.1+
+    ("prefix_hit_pct", re.compile(r"(?<![A-Za-z] )Prefix cache hit rate: (\d+(?:\.\d+)?)%")),  # V1 0.7.3+
+    ("external_prefix_hit_pct", re.compile(r"External prefix cache hit rate: (\d+(?:\.\d+)?)%")),  # V1 0.11.1+
+    ("mm_cache_hit_pct", re.compile(r"MM cache hit rate: (\d+(?:\.\d+)?)%")),  # V1 0.11.1+
 )
 # The common layouts in one pass (V0 0.4.1-0.10.2; V1 0.7.3-0.33 up to the prefix hit rate): most
 # records are read with this one regex; a record with parts after it (External prefix, MM cache,
 # Corrupted, KV fetch) or any other layout goes through STATS_PARTS.
 STATS_FAST = re.compile(
-    r"Avg prompt throughput: (-?[\d.]+) tokens/s, Avg generation throughput: (-?[\d.]+) tokens/s, "
+    r"Avg prompt throughput: (-?\d+(?:\.\d+)?) tokens/s, Avg generation throughput: (-?\d+(?:\.\d+)?) tokens/s, "
     r"Running: (\d+) reqs, (?:Swapped: (\d+) reqs, )?(?:Pending|Waiting): (\d+) reqs, "
-    r"(?:Deferred: (\d+) reqs, )?(?:Preemptions: (\d+), )?([A-Z]{3}) KV cache usage: ([\d.]+)%"
-    r"(?:, CPU KV cache usage: ([\d.]+)%)?(?:, Prefix cache hit rate: ([\d.]+)%)?"
+    r"(?:Deferred: (\d+) reqs, )?(?:Preemptions: (\d+), )?([A-Z]{3}) KV cache usage: (\d+(?:\.\d+)?)%"
+    r"(?:, CPU KV cache usage: (\d+(?:\.\d+)?)%)?(?:, Prefix cache hit rate: (\d+(?:\.\d+)?)%)?"
 )
 # A whole physical line that is one such record and nothing else: vLLM's header, the optional
 # engine prefix, the record, its end. Most stats lines of a large log are read by this one match.
@@ -97,10 +97,10 @@ PLAIN_STATS_LINE = re.compile(
 
 # "<DEVICE> KV cache usage: X%": "GPU" (all versions), V0's second "CPU" (swap space), and from
 # 0.30 the upper-cased device type ("CPU", "XPU", ...) of non-CUDA backends.
-STATS_KV_USAGE = re.compile(r"(?<![A-Za-z0-9])([A-Za-z][A-Za-z0-9]*(?: \+ host)?) KV cache usage: ([\d.]+)%")
+STATS_KV_USAGE = re.compile(r"(?<![A-Za-z0-9])([A-Za-z][A-Za-z0-9]*(?: \+ host)?) KV cache usage: (\d+(?:\.\d+)?)%")
 
 # V0 0.5.5-0.10.2: a separate record after the stats line.
-PREFIX_HIT_V0 = re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%, CPU: ([\d.]+)%")
+PREFIX_HIT_V0 = re.compile(r"Prefix cache hit rate: GPU: (\d+(?:\.\d+)?)%, CPU: (\d+(?:\.\d+)?)%")
 
 # V0 0.4.3-0.10.2 (scheduler.py), WARNING, every 50th preemption.
 PREEMPTION = re.compile(
