@@ -568,3 +568,42 @@ def test_watchdog_noise_from_dropping_the_watch_is_filtered(tmp_path: Path, mess
         logger = logging.getLogger("watchdog.observers.inotify")
         record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, None, None)
         assert bool(logger.filter(record)) is kept
+
+
+def test_a_big_backlog_comes_in_bounded_batches_without_waiting(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    line = b"INFO " + b"." * 1018 + b"\n"  # 1 KiB
+    log.write_bytes(line * 9 * 1024)  # 9 MiB: more than one poll reads
+    with LogFollower(log, use_watchdog=False, from_start=True, poll_interval=60) as follower:
+        first = follower.poll()
+        assert 0 < len(first) < 9 * 1024
+        assert follower.wait(timeout=60) is True  # more is there: no interval to sit out
+        second = follower.poll()
+        assert len(first) + len(second) == 9 * 1024
+
+
+def test_a_deleted_log_is_let_go_after_rotate_wait_and_reported_down(tmp_path: Path, follow: FollowerFactory) -> None:
+    log = tmp_path / "vllm.log"
+    log.touch()
+    clock = Clock()
+    follower = follow(log, rotate_wait=5.0, clock=clock)
+    append(log, b"last words, no newline")
+    log.unlink()
+    assert follower.poll() == []
+    assert (follower.status().up, follower.status().last_error) == (False, None)
+    clock.now += 5.0
+    assert texts(follower.poll()) == ["last words, no newline"]
+
+
+def test_positions_that_cannot_be_saved_are_reported(tmp_path: Path) -> None:
+    log, state = tmp_path / "vllm.log", tmp_path / "state"
+    log.touch()
+    with LogFollower(log, state_dir=state, use_watchdog=False) as follower:
+        shutil.rmtree(state)
+        state.write_bytes(b"not a directory any more")
+        append(log, b"x\n")
+        follower.poll()
+        follower.commit()
+        error = follower.status().last_error
+        assert error is not None
+        assert error.startswith("cannot save log positions")
