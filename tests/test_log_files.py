@@ -123,3 +123,13 @@ def test_progress_reports_every_byte(tmp_path: Path) -> None:
     for _ in log.batches():
         pass
     assert sum(seen) == SEED_LOG.stat().st_size == log.bytes
+
+
+def test_many_small_inputs_read_in_parallel_come_back_in_order(tmp_path: Path) -> None:
+    from kvwatch.reconcile.analysis import analyze_paths
+
+    paths = [str(SEED_LOG), str(WRAPPED), str(FIXTURES / "vllm-cpu" / "server.log"), str(SEED_LOG)]
+    serial = analyze_paths(paths, jobs=1)
+    parallel = analyze_paths(paths, jobs=2)
+    assert parallel == serial
+    assert [i["lines"] for i in parallel["inputs"]] == [231, 10, 350, 231]

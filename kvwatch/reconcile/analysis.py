@@ -521,10 +521,10 @@ def analyze_paths(
     ``model`` (a name or a config.json path) goes to ``levers_hook``. ``progress`` is called with
     the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
     """
-    from kvwatch.sources.files import open_logs  # local: keep this module importable without I/O
+    from kvwatch.sources.files import iter_logs  # local: keep this module importable without I/O
 
     analysis = Analysis()
-    for log in open_logs(paths, progress=progress, jobs=jobs):
+    for log in iter_logs(paths, progress=progress, jobs=jobs):
         source = log.path if len(paths) > 1 else None
         for batch in log.batches():
             analysis.add(batch, source=source)

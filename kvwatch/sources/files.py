@@ -402,9 +402,22 @@ class LogInput:
         self.progress = progress
         self.lines = 0
         self.bytes = 0
+        self._read: tuple[int, int, list[LogRecord]] | None = None  # read ahead by a worker
+
+    def is_small_file(self) -> bool:
+        """A plain file small enough to read whole in one worker (many pods' logs in parallel)."""
+        return self.path != "-" and os.path.isfile(self.path) and os.path.getsize(self.path) < PARALLEL_MIN_BYTES
 
     def batches(self) -> Iterator[list[LogRecord]]:
         """Records chunk by chunk (the memory held is one chunk's, whatever the input size)."""
+        if self._read is not None:
+            self.lines, self.bytes, records = self._read
+            self._read = None
+            if self.progress is not None:
+                self.progress(self.bytes)
+            if records:
+                yield records
+            return
         parser = LogParser()
         for scan in _scans(self.path, self.jobs):
             batch: list[LogRecord] = []
@@ -440,3 +453,40 @@ def open_logs(
         raise UsageError("- (stdin) given more than once; pass it once")
     n = default_jobs() if jobs is None else jobs
     return [LogInput(path, jobs=n, progress=progress) for path in paths]
+
+
+def _read_whole(path: str) -> tuple[int, int, list[LogRecord]]:
+    """Worker: one small input read whole."""
+    log = LogInput(path)
+    records = [r for batch in log.batches() for r in batch]
+    return log.lines, log.bytes, records
+
+
+def iter_logs(
+    paths: list[str], *, jobs: int | None = None, progress: Callable[[int], None] | None = None
+) -> Iterator[LogInput]:
+    """``open_logs``, in input order, with small files read ahead in parallel by worker processes.
+
+    One log per pod is the common postmortem: each small file goes whole to a worker (at most
+    two per worker in flight); a large file is split into byte ranges by ``LogInput`` itself.
+    """
+    logs = open_logs(paths, jobs=jobs, progress=progress)
+    n = logs[0].jobs if logs else 1
+    small = [log for log in logs if log.is_small_file()]
+    if n < 2 or len(small) < 2:
+        yield from logs
+        return
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
+    with ctx.Pool(n) as pool:
+        todo = iter(small)
+        in_flight = deque((log, pool.apply_async(_read_whole, (log.path,))) for log in islice(todo, 2 * n))
+        for log in logs:
+            if in_flight and in_flight[0][0] is log:
+                _, result = in_flight.popleft()
+                log._read = result.get()
+                nxt = next(todo, None)
+                if nxt is not None:
+                    in_flight.append((nxt, pool.apply_async(_read_whole, (nxt.path,))))
+            yield log
