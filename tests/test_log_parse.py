@@ -652,11 +652,13 @@ def test_fast_path_for_plain_stats_lines_equals_the_general_path(
 ) -> None:
     from kvwatch.parse import log
 
-    fast = log.scan_line(prefix + line, 7)
-    monkeypatch.setattr(log, "_plain_stats_line", lambda text, lineno: None)
-    general = log.scan_line(prefix + line, 7)
-    assert fast.records == general.records
-    assert fast.ts == general.ts
+    for ending in ("", "\n", "\r\n"):
+        monkeypatch.undo()
+        fast = log.scan_line(prefix + line + ending, 7)
+        monkeypatch.setattr(log, "_plain_stats_line", lambda text, lineno: None)
+        general = log.scan_line(prefix + line + ending, 7)
+        assert fast.records == general.records
+        assert fast.ts == general.ts
     assert expected.items() <= {k: getattr(fast.records[0], k) for k in expected}.items()
 
 

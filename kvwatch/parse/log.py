@@ -355,6 +355,7 @@ def _plain_stats_line(text: str, lineno: int) -> LineScan | None:
     other line (glued records, a request line, a cut record, extra parts, ANSI inside the
     message) returns None and takes the general path.
     """
+    text = text.rstrip("\r\n")  # LF or CRLF line end; a CR inside (tqdm redraw) takes the general path
     if "\r" in text or P.STATS_START not in text:
         return None
     for marker in P.REQUEST_MARKERS:
