@@ -95,7 +95,9 @@ class ChildProcess:
     ``on_line`` the lines queue up in ``self.lines``, a ``LineSource`` the main loop polls.
     ``stdout``/``stderr``: where the bytes are passed through (default: our own; None entries
     in tests can be ``io.BytesIO``). ``forward_signals``: installed as handlers while the child
-    runs, when ``start()`` is called from the main thread.
+    runs, when ``start()`` is called from the main thread. ``coalesce``: after draining a pipe,
+    how long a reader lets more output gather before the next read; vLLM flushes every line, and
+    a wake-up per line cost 1.4 % of a core at 500 lines/s (benchmarks/child_passthrough.py).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class ChildProcess:
         forward_signals: Sequence[signal.Signals] = FORWARDED_SIGNALS,
         new_process_group: bool = True,
         drain_timeout: float = 5.0,
+        coalesce: float = 0.02,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not argv:
@@ -131,6 +134,7 @@ class ChildProcess:
         self._forward = tuple(forward_signals)
         self._new_group = new_process_group
         self._drain_timeout = drain_timeout
+        self._coalesce = coalesce
         self._wall_clock = wall_clock
         self._deliver_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -236,6 +240,8 @@ class ChildProcess:
                 lines = splitter.feed(data)
                 if lines:
                     self._deliver(lines)
+                if len(data) < _CHUNK and self._coalesce > 0:
+                    time.sleep(self._coalesce)  # the pipe is drained: let the next lines gather
             tail = splitter.flush()
             if tail is not None:
                 self._deliver([tail])

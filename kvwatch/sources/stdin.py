@@ -32,12 +32,14 @@ class StdinSource:
         *,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_queued_lines: int = 10_000,
+        coalesce: float = 0.02,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._stream = stream if stream is not None else sys.stdin.buffer
         self._splitter = LineSplitter(max_line_bytes)
         self._queue = QueuedLines(max_queued_lines)
         self._wall_clock = wall_clock
+        self._coalesce = coalesce  # after draining the pipe, let lines gather (a wake-up per line is costly)
         self._error: str | None = None
         self._last_success_at: float | None = None
         self._lines_total = 0
@@ -55,6 +57,8 @@ class StdinSource:
                 self._last_success_at = self._wall_clock()
                 for line in self._splitter.feed(data):
                     self._queue.put(line)
+                if len(data) < _CHUNK and self._coalesce > 0:
+                    time.sleep(self._coalesce)
             tail = self._splitter.flush()
             if tail is not None:
                 self._queue.put(tail)
