@@ -352,3 +352,18 @@ def test_text_report_draws_the_timeline(capsys: pytest.CaptureFixture[str]) -> N
     waiting = next(line for line in block if line.startswith("  waiting"))
     assert waiting.endswith("max 16")
     assert len(waiting.split()[1]) == 21  # one column per stats record in a short log
+
+
+def test_deferred_requests_do_not_make_a_server_memory_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = (
+        "(APIServer pid=1) INFO 11-29 14:05:{s:02d} [loggers.py:336] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+        "Avg generation throughput: 2.0 tokens/s, Running: 8 reqs, Waiting: {w} reqs, Deferred: {d} reqs, "
+        "GPU KV cache usage: 97.0%, Prefix cache hit rate: 0.0%"
+    )
+    log = tmp_path / "deferred.log"
+    log.write_text("\n".join(line.format(s=10 * i, w=5, d=5) for i in range(4)) + "\n")
+    assert analyze_json(log, capsys)["diagnosis"]["verdict"] == "queued"  # all 5 waiting are deferred
+    log.write_text("\n".join(line.format(s=10 * i, w=5, d=2) for i in range(4)) + "\n")
+    assert analyze_json(log, capsys)["diagnosis"]["verdict"] == "memory_bound"

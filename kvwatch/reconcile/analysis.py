@@ -323,7 +323,14 @@ class Analysis:
         state.index += 1
         preempted = (rec.preemptions or 0) + self._pending_preemptions.pop(source, 0)
         kv = rec.kv_usage_pct / 100.0 if rec.kv_usage_pct is not None else None
-        verdict_state = state.judge.observe(Observation(t, rec.running, rec.waiting, kv, float(preempted)))
+        # vLLM 0.20+ counts deferred requests in "Waiting" and states them apart: only the rest
+        # wait for capacity (CONTRACTS "Saturation": only capacity waiting counts).
+        capacity_waiting = (
+            max(0, rec.waiting - rec.deferred) if rec.waiting is not None and rec.deferred is not None else None
+        )
+        verdict_state = state.judge.observe(
+            Observation(t, rec.running, rec.waiting, kv, float(preempted), waiting_capacity=capacity_waiting)
+        )
         state.verdict.add(verdict_state)
         state.count += 1
         state.last_state = verdict_state
