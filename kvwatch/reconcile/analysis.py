@@ -392,7 +392,8 @@ class Analysis:
         if verdict == "memory_bound" and self.worst is not None:
             w = self.worst
             kv = w.kv_usage_pct or 0.0
-            text = f"memory-bound: {w.running} running, {w.waiting} waiting at {kv:.1f} % KV usage"
+            where = f" (engine {w.engine})" if len(self._engines) > 1 and w.engine is not None else ""
+            text = f"memory-bound{where}: {w.running} running, {w.waiting} waiting at {kv:.1f} % KV usage"
             pool_at = self.worst_pool or (pool if isinstance(pool, int) else None)
             if pool_at and w.running:
                 per_request = pool_at * kv / 100.0 / w.running
