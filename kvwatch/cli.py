@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 import typer
+import typer.rich_utils
 
 from kvwatch.commands import analyze, capacity, snapshot, watch
 from kvwatch.errors import KvwatchError
@@ -28,6 +29,18 @@ app.command("capacity")(capacity.capacity)
 app.command("fleet")(capacity.fleet)
 app.command("watch")(watch.watch)
 app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(watch.run)
+
+
+def _one_line_usage_error(exc: Exception) -> None:
+    """typer prints usage errors as a multi-line rich panel; CONTRACTS.md wants one line on stderr."""
+    ctx = getattr(exc, "ctx", None)
+    where = getattr(ctx, "command_path", "kvwatch")
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    print(f"{where}: error: {' '.join(message.split())} (see {where} --help)", file=sys.stderr)
+
+
+# typer calls rich_utils.rich_format_error for usage errors (bad flag, missing value, bad choice).
+typer.rich_utils.rich_format_error = _one_line_usage_error  # type: ignore[assignment]
 
 
 def main(argv: list[str] | None = None) -> None:
