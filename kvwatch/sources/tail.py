@@ -19,14 +19,17 @@ What this module owns:
   its end (and watched for ``rotate_wait`` seconds, since a writer may still hold it) while the
   new file is read from its start. Copytruncate: the shrunk (or rewritten) file is read again
   from 0, and the bytes written between our last read and the copy are read from the copy,
-  found next to the log by its content fingerprint. A file that does not exist yet is waited
-  for (``up=False``, no error).
+  found next to the log by its content marks and then read like a rotated-away file. A
+  truncation that lands between our check and our read is caught by re-checking the marks
+  after the read, and the read is taken back. A file that does not exist yet is waited for
+  (``up=False``, no error).
 - **Positions.** ``commit()`` saves, atomically (tmp + ``os.replace``), the position after the
-  last line ``poll()`` returned, for every file still being read, keyed by device/inode plus a
-  SHA-256 of the file's first bytes (so a recreated file that reuses an inode, or a file
-  rewritten by copytruncate, is not mistaken for the old one). A restart resumes there: rotated
-  files are found again by inode in the same directory. The file holds hashes and offsets only,
-  never log text (logs can contain user prompts).
+  last line ``poll()`` returned, for every file still being read, keyed by device/inode plus
+  content marks: SHA-256 of the file's first 512 bytes and of the 512 bytes before that
+  position (so a recreated file that reuses an inode, or a file rewritten by copytruncate,
+  even with the same banner, is not mistaken for the old one). A restart resumes there:
+  rotated files are found again by inode in the same directory (or the real file's, for a
+  symlink). The file holds hashes and offsets only, never log text (logs can contain prompts).
 
 Exactly once: every line is returned once, provided the caller commits after processing each
 batch; a batch returned but not committed before a crash is returned again after the restart.
@@ -105,7 +108,7 @@ class _Counters:
     truncated: int = 0
     rotations: int = 0
     truncations: int = 0
-    recovered_from_copy: int = 0  # copytruncate: bytes read from the copy
+    copies_found: int = 0  # copytruncate: the copy was found and is read like a rotated file
     restore_notes: list[str] = field(default_factory=list)
 
 
@@ -179,7 +182,6 @@ class LogFollower:
         self._last_success_at: float | None = None
         self._counters = _Counters()
         self._bytes_this_poll = 0
-        self._pending_from_copy: list[Line] | None = None  # copytruncate: lines read from the copy
         self._more = False  # the last poll stopped at its byte budget: wait() returns at once
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -430,7 +432,7 @@ class LogFollower:
         self._current = f
 
     def _check_truncated(self, cur: _Open, now: float) -> None:
-        """Copytruncate: the file shrank below our offset, or its first bytes changed."""
+        """Copytruncate: the file shrank below our offset, or the bytes we remember changed."""
         try:
             size = os.fstat(cur.fd).st_size
             replaced = not _same_content(cur.fd, cur)
@@ -440,41 +442,48 @@ class LogFollower:
         if size >= cur.offset and not replaced:
             return
         self._counters.truncations += 1
-        self._pending_from_copy = self._read_copy(cur)
+        self._adopt_copy(cur, now)
         cur.offset = 0
+        cur.splitter = LineSplitter(self._max_line_bytes)
         cur.fp_len, cur.fp_hash = 0, ""
         cur.tail_len, cur.tail_hash, cur.tail_end = 0, "", 0
         cur.changed_at = now
         cur.skip_first = False
 
-    def _read_copy(self, cur: _Open) -> list[Line]:
-        """Lines between our offset and the end of the copy logrotate made before truncating."""
-        lines: list[Line] = []
+    def _adopt_copy(self, cur: _Open, now: float) -> None:
+        """Read the rest of the truncated content from logrotate's copy, as a rotated-away file.
+
+        The copy holds the same bytes up to where the truncation happened, so it continues from
+        our offset with our held partial line; as a detached file it is read within the poll
+        budget and its position is saved like any other (a restart finishes it).
+        """
         copy = self._find_by_content(cur, cur.offset, exclude=(cur.dev, cur.ino))
-        if copy is not None:
-            fd, size = copy
-            try:
-                pos = cur.offset
-                while pos < size:
-                    data = os.pread(fd, min(_CHUNK, size - pos), pos)
-                    if not data:
-                        break
-                    pos += len(data)
-                    lines.extend(cur.splitter.feed(data))
-                self._counters.recovered_from_copy += pos - cur.offset
-            finally:
-                os.close(fd)
-        if cur.skip_first and lines:
-            lines.pop(0)
-        tail = cur.splitter.flush()  # the writer restarts at a line start in the truncated file
-        if tail is not None:
-            lines.append(tail)
-        return lines
+        if copy is None:
+            return  # its unread end is lost, and so is the partial line we held
+        fd, st = copy
+        self._counters.copies_found += 1
+        self._detached.append(
+            _Open(
+                fd,
+                st.st_dev,
+                st.st_ino,
+                cur.offset,
+                cur.splitter,
+                now,
+                cur.fp_len,
+                cur.fp_hash,
+                cur.tail_len,
+                cur.tail_hash,
+                cur.tail_end,
+                detached_at=now,
+                skip_first=cur.skip_first,
+            )
+        )
 
     def _find_by_content(
         self, marks: _Open, min_size: int, *, exclude: tuple[int, int]
-    ) -> tuple[int, int] | None:
-        """An open descriptor and size of the newest sibling file with the same content marks."""
+    ) -> tuple[int, os.stat_result] | None:
+        """An open descriptor and stat of the newest sibling file with the same content marks."""
         if not marks.fp_len:
             return None
         best: tuple[float, str] | None = None
@@ -496,7 +505,7 @@ class LogFollower:
             fd = os.open(best[1], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return None
-        return fd, os.fstat(fd).st_size
+        return fd, os.fstat(fd)
 
     def _siblings(self) -> list[os.DirEntry[str]]:
         """Files next to the log whose names share its stem: where logrotate puts rotated copies.
@@ -519,9 +528,6 @@ class LogFollower:
 
     def _read(self, f: _Open, out: list[Line], budget: int, now: float) -> int:
         """Read ``f`` from its offset to EOF (or the budget) into ``out``; returns bytes read."""
-        if self._pending_from_copy is not None and f is self._current:
-            out.extend(self._pending_from_copy)
-            self._pending_from_copy = None
         start, offset, held = len(out), f.offset, f.splitter.state()
         got = self._read_raw(f, out, budget)
         if got and f is self._current and not _same_content(f.fd, f):
@@ -530,9 +536,10 @@ class LogFollower:
             del out[start:]
             f.offset = offset
             f.splitter.restore(held)
+            copies = len(self._detached)
             self._check_truncated(f, now)
-            out.extend(self._pending_from_copy or [])
-            self._pending_from_copy = None
+            for copy in self._detached[copies:]:  # the old content's end comes first
+                budget -= self._read(copy, out, budget, now)
             got = self._read_raw(f, out, budget)
         if got:
             f.changed_at = now
