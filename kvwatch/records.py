@@ -11,15 +11,23 @@ line produces nothing from it (at most a count of request lines).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 # --------------------------------------------------------------------------------------------
 # Log records (kvwatch.parse.log)
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class LogTime:
+# LogTime and StatsRecord are NamedTuples, not frozen dataclasses like the records below: a big log
+# has one of each per stats record (tens of thousands per GB), built in worker processes and moved
+# to the analyzer. A tuple is built, pickled and read back at C speed; a frozen slots dataclass
+# sets every field through object.__setattr__ (about 15x slower to move). Both are immutable and
+# keep their field names; compare them only with records of their own type.
+
+_DAYS_BEFORE_MONTH = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)  # a non-leap year
+
+
+class LogTime(NamedTuple):
     """A timestamp as a vLLM log states it.
 
     vLLM's own stamp is ``MM-DD HH:MM:SS`` with no year and no zone; an outer docker/kubectl
@@ -46,13 +54,11 @@ class LogTime:
         """Seconds since the start of a nominal year: for differences between nearby records."""
         # Month lengths of a non-leap year; differences across a month end are exact, across a
         # year end (no year in the log) they are not, which only matters to a 31-Dec log.
-        days_before = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
-        doy = days_before[max(1, min(self.month, 12)) - 1] + self.day - 1
+        doy = _DAYS_BEFORE_MONTH[max(1, min(self.month, 12)) - 1] + self.day - 1
         return ((doy * 24 + self.hour) * 60 + self.minute) * 60 + self.second
 
 
-@dataclass(frozen=True, slots=True)
-class StatsRecord:
+class StatsRecord(NamedTuple):
     """One periodic stats record ("Avg prompt throughput: ..."), V0 or V1.
 
     Percentages are as printed (0..100). None means the record did not state the value.

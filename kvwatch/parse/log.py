@@ -34,7 +34,7 @@ from kvwatch.records import (
     StatsRecord,
 )
 
-__all__ = ["LineScan", "LogParser", "clean", "parse_line", "scan_line"]
+__all__ = ["LineScan", "LogParser", "StatsRow", "clean", "parse_line", "scan_line", "scan_line_compact", "stats_record"]
 
 FactValue = str | int | float | bool | None
 
@@ -159,30 +159,41 @@ def _arg_value(field_name: str, raw: str) -> FactValue:
         return raw
 
 
+def _fast_stats_values(g: tuple[str | Any, ...]) -> tuple[Any, ...]:
+    """StatsRecord's fields from ``running`` to ``source`` out of the groups of ``STATS_FAST``."""
+    w = g[7]
+    device = "gpu" if w == "GPU" else _device(w)
+    return (
+        int(g[2]),  # running
+        int(g[4]),  # waiting
+        int(g[3]) if g[3] is not None else None,  # swapped
+        int(g[5]) if g[5] is not None else None,  # deferred
+        int(g[6]) if g[6] is not None else None,  # preemptions
+        float(g[8]),  # kv_usage_pct
+        # V0's second figure is the CPU swap space, only next to a GPU one (a CPU backend's own
+        # figure is its pool, read as kv_usage_pct).
+        float(g[9]) if g[9] is not None and device == "gpu" else None,  # cpu_kv_usage_pct
+        float(g[10]) if g[10] is not None else None,  # prefix_hit_pct
+        None,  # external_prefix_hit_pct
+        None,  # mm_cache_hit_pct
+        float(g[0]),  # prompt_tps
+        float(g[1]),  # gen_tps
+        device,
+        None,  # source
+    )
+
+
+# tuple.__new__ on a NamedTuple class: builds the record from a tuple of all its fields at C speed
+# (the generated __new__ is a Python function taking them one by one).
+_new_tuple = tuple.__new__
+
+
 def _fast_stats_record(
     g: tuple[str | Any, ...], lineno: int, ts: LogTime | None, engine: int | None, aggregated: int | None
 ) -> StatsRecord:
     """A StatsRecord from the groups of ``logpatterns.STATS_FAST``."""
-    device = _device(g[7])
-    return StatsRecord(
-        line=lineno,
-        ts=ts,
-        engine=engine,
-        engines_aggregated=aggregated,
-        running=int(g[2]),
-        waiting=int(g[4]),
-        swapped=int(g[3]) if g[3] is not None else None,
-        deferred=int(g[5]) if g[5] is not None else None,
-        preemptions=int(g[6]) if g[6] is not None else None,
-        kv_usage_pct=float(g[8]),
-        # V0's second figure is the CPU swap space, only next to a GPU one (a CPU backend's own
-        # figure is its pool, read as kv_usage_pct).
-        cpu_kv_usage_pct=float(g[9]) if g[9] is not None and device == "gpu" else None,
-        prefix_hit_pct=float(g[10]) if g[10] is not None else None,
-        prompt_tps=float(g[0]),
-        gen_tps=float(g[1]),
-        device=device,
-    )
+    rec: StatsRecord = _new_tuple(StatsRecord, (lineno, ts, engine, aggregated, *_fast_stats_values(g)))
+    return rec
 
 
 def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None) -> StatsRecord:
@@ -348,7 +359,13 @@ def _cli_facts(rest: str, lineno: int, ts: LogTime | None, out: LineScan) -> Non
                 out.records.append(FactRecord(lineno, ts, name, value))
 
 
-def _plain_stats_line(text: str, lineno: int) -> LineScan | None:
+# A plain stats line read by the fast path, as plain values: StatsRecord's fields after ``line``,
+# with ``ts`` as a plain 7-tuple of LogTime's fields. Worker processes send these instead of
+# records (plain tuples pickle ~10x faster than NamedTuples); ``stats_record`` makes the record.
+StatsRow = tuple[Any, ...]
+
+
+def _plain_stats_row(text: str) -> StatsRow | None:
     """The common case, fast: one complete stats record and nothing else on the line.
 
     Gives exactly what the general path below gives for such a line (tests compare them); any
@@ -364,14 +381,32 @@ def _plain_stats_line(text: str, lineno: int) -> LineScan | None:
     m = P.PLAIN_STATS_LINE.search(text)
     if m is None or P.VLLM_HEADER.search(text, 0, m.start()) is not None:
         return None
-    outer, _ = _outer_time(text)
     g = m.groups()
-    ts = outer or LogTime(int(g[0]), int(g[1]), int(g[2]), int(g[3]), float(g[4].replace(",", ".")))
+    first = text[:1]
+    # RFC3339 and asctime stamps start with a digit or "[": skip two regex calls for the rest.
+    outer = _outer_time(text)[0] if first.isdigit() or first == "[" else None
+    if outer is not None:
+        ts = tuple(outer)
+    else:
+        ts = (int(g[0]), int(g[1]), int(g[2]), int(g[3]), float(g[4].replace(",", ".")), None, None)
     engine = int(g[5]) if g[5] is not None else None
     aggregated = int(g[6]) if g[6] is not None else None
-    out = LineScan(ts=ts)
-    out.records.append(_fast_stats_record(g[7:], lineno, ts, engine, aggregated))
-    return out
+    return (ts, engine, aggregated, *_fast_stats_values(g[7:]))
+
+
+def stats_record(row: StatsRow, lineno: int) -> StatsRecord:
+    """The StatsRecord of a ``StatsRow`` found on line ``lineno``."""
+    rec: StatsRecord = _new_tuple(StatsRecord, (lineno, _new_tuple(LogTime, row[0]), *row[1:]))
+    return rec
+
+
+def _plain_stats_line(text: str, lineno: int) -> LineScan | None:
+    """``_plain_stats_row`` as a LineScan (what the general path gives for the line)."""
+    row = _plain_stats_row(text)
+    if row is None:
+        return None
+    rec = stats_record(row, lineno)
+    return LineScan(records=[rec], ts=rec.ts)
 
 
 def scan_line(text: str, lineno: int) -> LineScan:
@@ -379,6 +414,21 @@ def scan_line(text: str, lineno: int) -> LineScan:
     fast = _plain_stats_line(text, lineno)
     if fast is not None:
         return fast
+    return _scan_general(text, lineno)
+
+
+def scan_line_compact(text: str, lineno: int) -> LineScan | StatsRow:
+    """``scan_line`` for a worker process: a plain stats line comes back as a ``StatsRow``.
+
+    ``LogParser.feed_scan`` takes either; the row is far cheaper to send to the parent process.
+    """
+    row = _plain_stats_row(text)
+    if row is not None:
+        return row
+    return _scan_general(text, lineno)
+
+
+def _scan_general(text: str, lineno: int) -> LineScan:
     out = LineScan()
     text = clean(text)
     if not text.strip():
@@ -432,12 +482,22 @@ class LogParser:
             lineno = self.lines + 1
         return self.feed_scan(scan_line(line, lineno), lineno, line)
 
-    def feed_scan(self, scan: LineScan, lineno: int, line: str) -> list[LogRecord]:
-        """``feed_line`` for a line already scanned by ``scan_line`` (in a worker process).
+    def feed_scan(self, scan: LineScan | StatsRow, lineno: int, line: str) -> list[LogRecord]:
+        """``feed_line`` for a line already scanned by ``scan_line``/``scan_line_compact`` (in a
+        worker process).
 
         ``scan``'s records carry the line number ``scan_line`` was given; they are renumbered
         to ``lineno`` when it differs (a worker numbers lines within its byte range).
         """
+        if not isinstance(scan, LineScan):
+            rec = stats_record(scan, lineno)
+            if self._pending is None and self._dead is None:
+                # What _apply does for a line holding one complete stats record and nothing else.
+                self.lines = max(self.lines, lineno)
+                self._stats_in_run = self._any_content = True
+                self._shutting_down = False
+                return [rec]
+            scan = LineScan(records=[rec], ts=rec.ts)
         self.lines = max(self.lines, lineno)
         out: list[LogRecord] = []
         if self._pending is not None:
@@ -481,10 +541,16 @@ class LogParser:
                 scan.records = held
             return scan
         if scan.records and scan.records[0].line != lineno:
+            renumbered: list[LogRecord] = []
             for rec in scan.records:
+                if isinstance(rec, StatsRecord):
+                    renumbered.append(rec._replace(line=lineno))
+                    continue
                 # Renumber records a worker built moments ago and nobody else holds (the frozen
                 # dataclass's own __init__ sets fields this way; dataclasses.replace is 20x slower).
                 object.__setattr__(rec, "line", lineno)
+                renumbered.append(rec)
+            scan.records = renumbered
         records: list[LogRecord] = []
         for name, phase in scan.kinds:
             key = (name, scan.process)

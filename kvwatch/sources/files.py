@@ -27,14 +27,14 @@ import sys
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from itertools import islice
 from multiprocessing.reduction import ForkingPickler
 from operator import attrgetter
 from typing import Any, BinaryIO, get_args
 
 from kvwatch.errors import UsageError
-from kvwatch.parse.log import LineScan, LogParser, scan_line
+from kvwatch.parse.log import LineScan, LogParser, StatsRow, scan_line_compact
 from kvwatch.parse.logpatterns import PREFILTER_ANCHORS, PRIMARY_ANCHORS, REQUEST_MARKERS, STATS_START
 from kvwatch.records import LogRecord, LogTime
 
@@ -55,12 +55,14 @@ class ChunkScan:
     """One chunk's candidate lines, already parsed: ``(line index in the chunk, text, scan)``.
 
     ``text`` is kept only for a line that follows a stats record left open (LogParser joins the
-    two); elsewhere it is "" so that less crosses the process boundary.
+    two); elsewhere it is "" so that less crosses the process boundary. ``scan`` is a plain
+    ``StatsRow`` for a line that is one stats record and nothing else (nearly all of a big log's
+    candidates), a ``LineScan`` for anything else.
     """
 
     lines: int
     nbytes: int
-    candidates: list[tuple[int, str, LineScan]]
+    candidates: list[tuple[int, str, LineScan | StatsRow]]
 
 
 def _positional_reducer(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
@@ -74,9 +76,12 @@ def _positional_reducer(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...
 
 # Worker results cross a process boundary once per chunk. The default pickling of slotted
 # dataclasses sets every field by name on load; rebuilding them from positional arguments halves
-# the cost of moving tens of thousands of records (multiprocessing's own registration API).
+# the cost of moving them (multiprocessing's own registration API). NamedTuple records (LogTime,
+# StatsRecord) need no reducer, and plain stats lines travel as plain tuples anyway (StatsRow).
+_cls: type
 for _cls in (*get_args(LogRecord), LogTime, LineScan, ChunkScan):
-    ForkingPickler.register(_cls, _positional_reducer(_cls))
+    if is_dataclass(_cls):
+        ForkingPickler.register(_cls, _positional_reducer(_cls))
 
 
 def _find_lines(data: bytes, anchors: tuple[bytes, ...], spans: dict[int, int], lo: int, hi: int) -> None:
@@ -173,7 +178,7 @@ def candidate_lines(
     """Candidate lines of ``data[lo:hi]`` (complete lines; the last may lack its newline), parsed."""
     hi = len(data) if hi is None else hi
     spans = candidate_spans(data, full, lo, hi, ctx_lo, ctx_hi)
-    candidates: list[tuple[int, str, LineScan]] = []
+    candidates: list[tuple[int, str, LineScan | StatsRow]] = []
     line = 0
     prev = lo
     count = data.count
@@ -183,11 +188,11 @@ def candidate_lines(
         prev = start
         end = min(spans[start], start + MAX_LINE_BYTES)
         text = data[start:end].decode("utf-8", "replace")
-        scan = scan_line(text, line + 1)
+        scan = scan_line_compact(text, line + 1)
         # The text travels on only where LogParser may need it: the line after an open record
         # (and a chunk's first line, whose predecessor is in the chunk before).
         candidates.append((line, text if line in (0, open_before + 1) else "", scan))
-        if scan.open_stats is not None:
+        if isinstance(scan, LineScan) and scan.open_stats is not None:
             open_before = line
     lines = line + count(b"\n", prev, hi)
     if hi > lo and data[hi - 1 : hi] != b"\n":
@@ -199,7 +204,7 @@ def _merge(scans: list[ChunkScan]) -> ChunkScan:
     """Consecutive pieces as one chunk (line indices shifted by the lines before)."""
     if len(scans) == 1:
         return scans[0]
-    candidates: list[tuple[int, str, LineScan]] = []
+    candidates: list[tuple[int, str, LineScan | StatsRow]] = []
     lines = nbytes = 0
     for sc in scans:
         candidates.extend((rel + lines, text, scan) for rel, text, scan in sc.candidates)
