@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvwatch.reconcile.saturation import VERDICT_ORDER, Observation, SaturationJudge
+from kvwatch.reconcile.saturation import VERDICT_ORDER, SaturationJudge
 from kvwatch.records import (
     ErrorRecord,
     FactRecord,
@@ -102,7 +102,7 @@ class _Sustained:
     def add(self, state: str) -> None:
         if self.prev == state:
             self.sustained.add(state)
-        if self.count == 0:
+        elif self.count == 0:
             self.first = state
         self.prev = state
         self.count += 1
@@ -143,15 +143,28 @@ class Timeline:
 
     def add(self, rec: StatsRecord) -> None:
         """Fold one stats record into the last bucket or a new one."""
-        last = self.buckets[-1] if self.buckets else None
-        if last is None or last[2] >= self.step:
-            self.buckets.append([rec.ts, rec.ts, 1, rec.running, rec.waiting, rec.kv_usage_pct])
-        else:
-            last[1] = rec.ts
-            last[2] += 1
-            last[3] = _max(last[3], rec.running)
-            last[4] = _max(last[4], rec.waiting)
-            last[5] = _max(last[5], rec.kv_usage_pct)
+        buckets = self.buckets
+        if not buckets or buckets[-1][2] >= self.step:
+            buckets.append([rec.ts, rec.ts, 1, rec.running, rec.waiting, rec.kv_usage_pct])
+            if len(buckets) >= 2 * self.size:
+                self._merge()
+            return
+        last = buckets[-1]
+        last[1] = rec.ts
+        last[2] += 1
+        # _max inlined: this runs once per stats record.
+        v = rec.running
+        if v is not None and (last[3] is None or v > last[3]):
+            last[3] = v
+        v = rec.waiting
+        if v is not None and (last[4] is None or v > last[4]):
+            last[4] = v
+        kv = rec.kv_usage_pct
+        if kv is not None and (last[5] is None or kv > last[5]):
+            last[5] = kv
+
+    def _merge(self) -> None:
+        """Halve the buckets: neighbours merge, each bucket covers twice the records."""
         if len(self.buckets) >= 2 * self.size:
             merged = []
             for a, b in zip(self.buckets[::2], self.buckets[1::2], strict=False):
@@ -235,6 +248,7 @@ class Analysis:
         self.worst_pool: int | None = None
         self._window = window_seconds
         self._threshold = threshold
+        self._max_num_seqs: int | None = None  # facts["config.max_num_seqs"] when an int
 
     # ---- input -------------------------------------------------------------------------------
     def add_input(self, path: str, lines: int, nbytes: int) -> None:
@@ -243,12 +257,20 @@ class Analysis:
 
     def add(self, records: Iterable[LogRecord], source: str | None = None) -> None:
         """Fold records of one input, in order."""
+        stats = self._stats
+        last_was_stats = self._last_was_stats
         for rec in records:
             self.records_total += 1
+            if type(rec) is StatsRecord:  # nearly every record of a big log: the short way
+                stats(rec, source)
+                last_was_stats[source] = True
+                continue
             if isinstance(rec, StatsRecord):
                 self._stats(rec, source)
             elif isinstance(rec, FactRecord):
                 self.facts[rec.field] = rec.value
+                if rec.field == "config.max_num_seqs":
+                    self._max_num_seqs = rec.value if isinstance(rec.value, int) else None
                 self._open_run(source)
             elif isinstance(rec, RunStartRecord):
                 self.runs += 1
@@ -286,57 +308,73 @@ class Analysis:
             )
 
     def _stats(self, rec: StatsRecord, source: str | None) -> None:
-        self._open_run(source)
+        # Runs once per stats record (tens of thousands per GB of log): _max is inlined here.
+        if not self._run_open.get(source):
+            self._open_run(source)
         self.stats_count += 1
         self.last = rec
         self.last_prefix_hit_v0 = None
-        self.max_running = _max(self.max_running, rec.running)
-        self.max_waiting = _max(self.max_waiting, rec.waiting)
-        self.max_kv = _max(self.max_kv, rec.kv_usage_pct)
+        running, waiting, kv_pct = rec.running, rec.waiting, rec.kv_usage_pct
+        if running is not None and (self.max_running is None or running > self.max_running):
+            self.max_running = running
+        if waiting is not None and (self.max_waiting is None or waiting > self.max_waiting):
+            self.max_waiting = waiting
+        if kv_pct is not None and (self.max_kv is None or kv_pct > self.max_kv):
+            self.max_kv = kv_pct
         if rec.ts is not None:
             self.first_ts = self.first_ts or rec.ts
             self.last_ts = rec.ts
-        self.from_stats += rec.preemptions or 0
+        if rec.preemptions:
+            self.from_stats += rec.preemptions
         self._saturation(rec, source)
 
     def _saturation(self, rec: StatsRecord, source: str | None) -> None:
         key = (source, rec.engine)
         state = self._engines.get(key)
-        max_num_seqs = self.facts.get("config.max_num_seqs")
-        max_num_seqs = max_num_seqs if isinstance(max_num_seqs, int) else None
+        max_num_seqs = self._max_num_seqs
         if state is None:
             judge = SaturationJudge(max_num_seqs=max_num_seqs)
             self._configure(judge)
             state = self._engines[key] = _EngineState(judge)
-        state.judge.max_num_seqs = max_num_seqs
-        if rec.ts is not None:
-            t = rec.ts.seconds()
+        judge = state.judge
+        judge.max_num_seqs = max_num_seqs
+        ts = rec.ts
+        if ts is not None:
+            t = ts.seconds()
             if t < state.last_t - 1.0:
                 # Time went backwards (logs concatenated out of order, a year-less stamp across
                 # New Year): the window's time base is gone, start it afresh.
-                state.judge = SaturationJudge(max_num_seqs=max_num_seqs)
-                self._configure(state.judge)
+                judge = state.judge = SaturationJudge(max_num_seqs=max_num_seqs)
+                self._configure(judge)
             state.last_t = t
         else:
             t = state.index * NOMINAL_INTERVAL_S
             self.mb_seconds_known = False
         state.index += 1
-        preempted = (rec.preemptions or 0) + self._pending_preemptions.pop(source, 0)
-        kv = rec.kv_usage_pct / 100.0 if rec.kv_usage_pct is not None else None
+        preempted = rec.preemptions or 0
+        if self._pending_preemptions:
+            preempted += self._pending_preemptions.pop(source, 0)
+        running, waiting, kv_pct = rec.running, rec.waiting, rec.kv_usage_pct
         # vLLM 0.20+ counts deferred requests in "Waiting" and states them apart: only the rest
         # wait for capacity (CONTRACTS "Saturation": only capacity waiting counts).
-        capacity_waiting = (
-            max(0, rec.waiting - rec.deferred) if rec.waiting is not None and rec.deferred is not None else None
-        )
-        verdict_state = state.judge.observe(
-            Observation(t, rec.running, rec.waiting, kv, float(preempted), waiting_capacity=capacity_waiting)
+        capacity_waiting = max(0, waiting - rec.deferred) if waiting is not None and rec.deferred is not None else None
+        verdict_state = judge.observe_values(
+            t,
+            running,
+            waiting,
+            kv_pct / 100.0 if kv_pct is not None else None,
+            float(preempted),
+            capacity_waiting,
         )
         state.verdict.add(verdict_state)
         state.count += 1
         state.last_state = verdict_state
-        state.max_running = _max(state.max_running, rec.running)
-        state.max_waiting = _max(state.max_waiting, rec.waiting)
-        state.max_kv = _max(state.max_kv, rec.kv_usage_pct)
+        if running is not None and (state.max_running is None or running > state.max_running):
+            state.max_running = running
+        if waiting is not None and (state.max_waiting is None or waiting > state.max_waiting):
+            state.max_waiting = waiting
+        if kv_pct is not None and (state.max_kv is None or kv_pct > state.max_kv):
+            state.max_kv = kv_pct
         state.timeline.add(rec)
         ep = state.episode
         if verdict_state == "memory_bound":

@@ -34,7 +34,13 @@ class Observation:
 
 
 class SaturationJudge:
-    """Classifies each observation, remembering the window it needs."""
+    """Classifies each observation, remembering the window it needs.
+
+    The window is kept as data that makes each observation O(1) amortised (analyze feeds one per
+    stats record, tens of thousands per GB of log): the observations' times and preemption counts
+    in order, and the KV peaks as a monotonic deque (each entry higher than every later one), so
+    the peak over the window is its first entry.
+    """
 
     def __init__(
         self,
@@ -45,36 +51,81 @@ class SaturationJudge:
         self.window_seconds = window_seconds
         self.threshold = threshold
         self.max_num_seqs = max_num_seqs
-        self._recent: deque[Observation] = deque()
+        self._times: deque[float] = deque()  # t of each observation in the window, oldest first
+        self._preemptions: deque[float] = deque()  # and its preemptions, in step with _times
+        self._nonzero_preemptions = 0  # entries of _preemptions that are not 0
+        self._seq = 0  # observations so far: the index of the next one
+        self._first = 0  # index of the oldest observation still in the window
+        self._peaks: deque[tuple[int, float]] = deque()  # (index, KV ratio), ratios decreasing
 
     def peak_kv_usage(self) -> float | None:
         """Highest KV usage within the window, None when no observation had one."""
-        values = [o.kv_usage_ratio for o in self._recent if o.kv_usage_ratio is not None]
-        return max(values) if values else None
+        return self._peaks[0][1] if self._peaks else None
 
     def observe(self, obs: Observation) -> str:
         """Add ``obs`` and return the state it shows."""
-        self._recent.append(obs)
+        return self.observe_values(
+            obs.t, obs.running, obs.waiting, obs.kv_usage_ratio, obs.preemptions, obs.waiting_capacity
+        )
+
+    def observe_values(
+        self,
+        t: float,
+        running: float | None,
+        waiting: float | None,
+        kv_usage_ratio: float | None,
+        preemptions: float = 0.0,
+        waiting_capacity: float | None = None,
+    ) -> str:
+        """``observe`` without building an Observation (the fields in the same order)."""
+        seq = self._seq
+        self._seq = seq + 1
+        times = self._times
+        times.append(t)
+        self._preemptions.append(preemptions)
+        if preemptions:
+            self._nonzero_preemptions += 1
+        peaks = self._peaks
+        if kv_usage_ratio is not None:
+            while peaks and peaks[-1][1] <= kv_usage_ratio:
+                peaks.pop()
+            peaks.append((seq, kv_usage_ratio))
         # Keep the records inside W; always keep the newest, and the one before it, so that a
         # stats interval longer than W still compares two records.
-        while len(self._recent) > 2 and obs.t - self._recent[0].t > self.window_seconds:
-            self._recent.popleft()
-        return self.classify(obs)
+        window = self.window_seconds
+        while len(times) > 2 and t - times[0] > window:
+            times.popleft()
+            if self._preemptions.popleft():
+                self._nonzero_preemptions -= 1
+            if peaks and peaks[0][0] == self._first:
+                peaks.popleft()
+            self._first += 1
+        return self.classify_values(running, waiting, waiting_capacity)
 
     def classify(self, obs: Observation) -> str:
         """The state for ``obs`` given the window already observed."""
-        running = obs.running or 0.0
-        waiting = obs.waiting or 0.0
-        capacity_waiting = obs.waiting_capacity if obs.waiting_capacity is not None else waiting
-        under_seq_cap = self.max_num_seqs is None or running < self.max_num_seqs
-        peak = self.peak_kv_usage()
+        return self.classify_values(obs.running, obs.waiting, obs.waiting_capacity)
+
+    def classify_values(
+        self, running: float | None, waiting: float | None, waiting_capacity: float | None = None
+    ) -> str:
+        """``classify`` without building an Observation."""
+        running = running or 0.0
+        waiting = waiting or 0.0
         if running <= 0 and waiting <= 0:
             return "idle"  # a preemption needs running requests: an empty server is idle, whatever W saw
-        if capacity_waiting > 0 and under_seq_cap and peak is not None and peak >= self.threshold:
+        capacity_waiting = waiting_capacity if waiting_capacity is not None else waiting
+        max_num_seqs = self.max_num_seqs
+        if (
+            capacity_waiting > 0
+            and (max_num_seqs is None or running < max_num_seqs)
+            and self._peaks
+            and self._peaks[0][1] >= self.threshold
+        ):
             return "memory_bound"
-        if waiting > 0 and self.max_num_seqs is not None and running >= self.max_num_seqs:
+        if waiting > 0 and max_num_seqs is not None and running >= max_num_seqs:
             return "seq_bound"
-        if sum(o.preemptions for o in self._recent) > 0:
+        if self._nonzero_preemptions and sum(self._preemptions) > 0:
             return "preempting"
         if waiting > 0:
             return "queued"
