@@ -372,10 +372,8 @@ def capacity_doc(facts: dict[str, object]) -> dict[str, object]:
     return doc
 
 
-def child_line_source(argv: list[str]) -> tuple[LineSource, ChildProcess]:
-    """Wrapper mode: start ``argv`` (vLLM) as a child whose output is passed through and read."""
+def child_process(argv: list[str]) -> ChildProcess:
+    """Wrapper mode: ``argv`` (vLLM) as a child whose output is passed through and read (not started)."""
     from kvwatch.sources.child import ChildProcess
 
-    child = ChildProcess(argv)
-    child.start()
-    return child.lines, child
+    return ChildProcess(argv)

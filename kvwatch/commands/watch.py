@@ -61,6 +61,9 @@ TpOpt = Annotated[
 
 
 def _settings(**flags: Any) -> WatchSettings:
+    """The command's flags (named as its parameters) over KVWATCH_* variables over defaults."""
+    if "model_config" in flags:  # --model-config; the settings field avoids pydantic's model_ namespace
+        flags["model_config_path"] = flags.pop("model_config")
     # Unset flags (None, or a boolean flag left off) leave the field to KVWATCH_* or the default.
     given = {k: v for k, v in flags.items() if v is not None and v is not False}
     try:
@@ -93,27 +96,7 @@ def watch(
     tensor_parallel_size: TpOpt = None,
 ) -> None:
     """The sidecar: tail vLLM's log, scrape its /metrics, reconcile, export kvwatch_* metrics."""
-    settings = _settings(
-        log=log,
-        metrics_url=metrics_url,
-        model_config_path=model_config,
-        model=model,
-        listen=listen,
-        scrape_interval=scrape_interval,
-        scrape_timeout=scrape_timeout,
-        bearer_token=bearer_token,
-        insecure=insecure,
-        ca_file=ca_file,
-        from_start=from_start,
-        state_dir=state_dir,
-        replay=replay,
-        speed=speed,
-        window=window,
-        threshold=threshold,
-        max_num_seqs=max_num_seqs,
-        kv_cache_dtype=kv_cache_dtype,
-        tensor_parallel_size=tensor_parallel_size,
-    )
+    settings = _settings(**locals())
     if settings.log is None and settings.replay is None and settings.metrics_url is None:
         raise UsageError("nothing to watch: give --log FILE (or -), --replay FILE, and/or --metrics-url URL")
     from kvwatch.sidecar import build_sidecar, line_source_for
@@ -145,26 +128,18 @@ def run(
         argv = argv[1:]
     if not argv:
         raise UsageError("no command to run: kvwatch run [watch options] -- vllm serve MODEL ...")
-    settings = _settings(
-        metrics_url=metrics_url,
-        model_config_path=model_config,
-        model=model,
-        listen=listen,
-        scrape_interval=scrape_interval,
-        scrape_timeout=scrape_timeout,
-        bearer_token=bearer_token,
-        insecure=insecure,
-        ca_file=ca_file,
-        window=window,
-        threshold=threshold,
-        max_num_seqs=max_num_seqs,
-        kv_cache_dtype=kv_cache_dtype,
-        tensor_parallel_size=tensor_parallel_size,
-    )
-    from kvwatch.sidecar import build_sidecar, child_line_source
+    settings = _settings(**{k: v for k, v in locals().items() if k not in ("ctx", "argv")})
+    from kvwatch.sidecar import build_sidecar, child_process
 
-    source, child = child_line_source(argv)
-    sidecar = build_sidecar(settings, source)
+    # Everything that can refuse (settings, model, --listen) is checked before vLLM starts, so a
+    # usage error never leaves an orphaned server behind.
+    child = child_process(argv)
+    sidecar = build_sidecar(settings, child.lines)
+    try:
+        child.start()
+    except BaseException:
+        sidecar.stop()
+        raise
     code = child.wait()
     sidecar.log_finished.wait(timeout=5)
     sidecar.stop()
