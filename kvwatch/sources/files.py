@@ -4,8 +4,9 @@ Reading every line of a multi-GB log in Python is far too slow, and most lines (
 "Received request ...") say nothing about the KV cache. So logs are read as large binary chunks of
 whole lines, and only *candidate* physical lines are decoded and parsed:
 
-* small inputs, and the first and last chunk of a large one, are searched for every literal of
-  ``logpatterns.PREFILTER_ANCHORS`` (``bytes.find``, one C-speed pass per literal);
+* small inputs, and the first and last EDGE_BYTES of a large one (startup at the top, a crash at
+  the end), are searched for every literal of ``logpatterns.PREFILTER_ANCHORS`` (``bytes.find``,
+  one C-speed pass per literal, each about as costly as a grep of those bytes);
 * the big middle of a large log gets one pass for ``PRIMARY_ANCHORS`` ("cache": every stats
   record, preemption and capacity error), and the other literals are looked for only in a window
   of WINDOW_BYTES around startup lines (with the neighbouring chunk's bytes as context);
@@ -48,6 +49,10 @@ _REQUEST = tuple(m.encode() for m in REQUEST_MARKERS)
 _NOT_STARTUP = (b"throughput", b"hit rate", b"preempted", b"EngineDead", *_REQUEST)
 WINDOW_BYTES = 512 << 10  # startup lines sit this close to a startup line that says "cache"
 FULL_SCAN_BYTES = 64 << 20  # inputs up to this size are scanned for every anchor everywhere
+# The first and the last EDGE_BYTES of a larger input are scanned for every anchor: the startup
+# block at the top and a crash at the end. Each anchor pass costs about a grep over the bytes, so
+# every anchor over two whole 16 MiB chunks cost more than the rest of a 400 MB log together.
+EDGE_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +103,19 @@ def _find_lines(data: bytes, anchors: tuple[bytes, ...], spans: dict[int, int], 
             pos = find(anchor, end, hi)
 
 
+def _is_seed(data: bytes, start: int, end: int) -> bool:
+    """Whether the line ``data[start:end]`` may be a startup line (none of _NOT_STARTUP in it)."""
+    if data.find(_NOT_STARTUP[0], start, end) != -1:
+        return False  # a stats record, nearly every PRIMARY_ANCHORS line of a big log: no slice
+    line = data[start:end]
+    return not any(m in line for m in _NOT_STARTUP[1:])
+
+
 def _seeds(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
     """Startup lines among the PRIMARY_ANCHORS lines of ``data[lo:hi]``: where windows centre."""
     hits: dict[int, int] = {}
     _find_lines(data, PRIMARY_ANCHORS, hits, lo, hi)
-    return [(s, e) for s, e in sorted(hits.items()) if not any(m in data[s:e] for m in _NOT_STARTUP)]
+    return [(s, e) for s, e in sorted(hits.items()) if _is_seed(data, s, e)]
 
 
 def candidate_spans(
@@ -112,12 +125,15 @@ def candidate_spans(
     hi: int | None = None,
     ctx_lo: int | None = None,
     ctx_hi: int | None = None,
+    head: int = 0,
+    tail: int = 0,
 ) -> dict[int, int]:
     """Start -> end of every candidate line in ``data[lo:hi]`` (complete lines).
 
     ``data[ctx_lo:ctx_hi]`` (complete lines around ``[lo, hi)``) is context: a startup line there
     opens a window that reaches into ``[lo, hi)``, so a startup block cut by a chunk boundary is
-    read on both sides.
+    read on both sides. When not ``full``, the first ``head`` and the last ``tail`` bytes of
+    ``[lo, hi)`` are searched for every anchor too, as windows (the edges of the input).
     """
     hi = len(data) if hi is None else hi
     ctx_lo = lo if ctx_lo is None else ctx_lo
@@ -127,14 +143,16 @@ def candidate_spans(
         _find_lines(data, PREFILTER_ANCHORS, spans, lo, hi)
     else:
         _find_lines(data, PRIMARY_ANCHORS, spans, lo, hi)
-        seeds = _seeds(data, ctx_lo, lo) + [
-            (s, e) for s, e in sorted(spans.items()) if not any(m in data[s:e] for m in _NOT_STARTUP)
-        ]
+        seeds = _seeds(data, ctx_lo, lo) + [(s, e) for s, e in sorted(spans.items()) if _is_seed(data, s, e)]
         if ctx_hi > hi:
             seeds += _seeds(data, hi, ctx_hi)
+        wanted = [(max(lo, start - WINDOW_BYTES), min(hi, end + WINDOW_BYTES)) for start, end in seeds]
+        if head > 0:
+            wanted.append((lo, min(hi, lo + head)))
+        if tail > 0:
+            wanted.append((max(lo, hi - tail), hi))
         windows: list[tuple[int, int]] = []
-        for start, end in seeds:
-            w_lo, w_hi = max(lo, start - WINDOW_BYTES), min(hi, end + WINDOW_BYTES)
+        for w_lo, w_hi in sorted(wanted):
             if w_lo >= w_hi:
                 continue
             if windows and w_lo <= windows[-1][1]:
@@ -146,18 +164,23 @@ def candidate_spans(
             w_start = max(lo, data.rfind(b"\n", lo, w_lo) + 1)
             w_end = data.find(b"\n", w_hi, hi)
             _find_lines(data, PREFILTER_ANCHORS, spans, w_start, hi if w_end == -1 else w_end)
+    find, rfind, endswith = data.find, data.rfind, data.endswith
     for start, end in list(spans.items()):
-        kv = data.find(_KV_USAGE, start, end)
-        stats = data.rfind(_STATS, start, end)
+        kv = find(_KV_USAGE, start, end)
+        stats = rfind(_STATS, start, end)
         if kv != -1 and (stats == -1 or stats > kv) and start > lo:
             # KV usage with no record start before it: the first half of a hard-wrapped record
             # is on the line before.
-            prev = max(lo, data.rfind(b"\n", lo, start - 1) + 1)
+            prev = max(lo, rfind(b"\n", lo, start - 1) + 1)
             spans.setdefault(prev, start - 1)
         if (
             stats != -1
             and end < hi
-            and (data.find(_KV_USAGE, stats, end) == -1 or not data[stats:end].rstrip().rstrip(b".").endswith(b"%"))
+            and (
+                (kv if kv >= stats else find(_KV_USAGE, stats, end)) == -1
+                # endswith first: the common whole record ends in "%" and needs no slice
+                or not (endswith(b"%", stats, end) or data[stats:end].rstrip().rstrip(b".").endswith(b"%"))
+            )
         ):
             # A record cut short (no KV usage yet, or not ending in its last percentage) may
             # continue on the next line.
@@ -174,10 +197,15 @@ def candidate_lines(
     hi: int | None = None,
     ctx_lo: int | None = None,
     ctx_hi: int | None = None,
+    head: int = 0,
+    tail: int = 0,
 ) -> ChunkScan:
-    """Candidate lines of ``data[lo:hi]`` (complete lines; the last may lack its newline), parsed."""
+    """Candidate lines of ``data[lo:hi]`` (complete lines; the last may lack its newline), parsed.
+
+    ``full``, ``ctx_lo``, ``ctx_hi``, ``head`` and ``tail`` as for ``candidate_spans``.
+    """
     hi = len(data) if hi is None else hi
-    spans = candidate_spans(data, full, lo, hi, ctx_lo, ctx_hi)
+    spans = candidate_spans(data, full, lo, hi, ctx_lo, ctx_hi, head, tail)
     candidates: list[tuple[int, str, LineScan | StatsRow]] = []
     line = 0
     prev = lo
@@ -213,13 +241,17 @@ def _merge(scans: list[ChunkScan]) -> ChunkScan:
     return ChunkScan(lines, nbytes, candidates)
 
 
-def _scan_range(args: tuple[str, int, int, bool]) -> ChunkScan:
+Range = tuple[str, int, int, bool, bool, bool]  # path, start, end, full, first range, last range
+
+
+def _scan_range(args: Range) -> ChunkScan:
     """Worker: scan the lines that start in ``[start, end)`` of a plain file.
 
     It reads WINDOW_BYTES more on each side as context (see candidate_spans), so a startup block
     cut by the range boundary is found from both ranges; each line is reported by one range only.
+    The first range's first and the last range's last EDGE_BYTES are searched for every anchor.
     """
-    path, start, end, full = args
+    path, start, end, full, first, last = args
     with open(path, "rb") as fh:
         c0 = max(0, start - WINDOW_BYTES)
         fh.seek(c0)
@@ -240,7 +272,7 @@ def _scan_range(args: tuple[str, int, int, bool]) -> ChunkScan:
             hi = len(buf) if nl == -1 else nl + 1
         ctx_lo = 0 if c0 == 0 else min(lo, buf.find(b"\n") + 1)
         ctx_hi = max(hi, buf.rfind(b"\n") + 1) if not at_eof else len(buf)
-    return candidate_lines(buf, full, lo, hi, ctx_lo, ctx_hi)
+    return candidate_lines(buf, full, lo, hi, ctx_lo, ctx_hi, EDGE_BYTES if first else 0, EDGE_BYTES if last else 0)
 
 
 Piece = tuple[bytes, int, int]  # data, lo, hi: the complete lines data[lo:hi]
@@ -313,13 +345,14 @@ def _open(path: str) -> BinaryIO:
         raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and its permissions") from None
 
 
-def _ranges(path: str, size: int, full: bool) -> list[tuple[str, int, int, bool]]:
+def _ranges(path: str, size: int, full: bool) -> list[Range]:
     # Chunk-sized ranges: memory is bounded by the ranges in flight, not by the file. The first
-    # and the last range are scanned for every anchor (startup at the top, a crash at the end).
+    # and the last range hold the edges scanned for every anchor (startup at the top, a crash at
+    # the end).
     n = max(1, -(-size // CHUNK_BYTES))
     step = -(-size // n)
     starts = list(range(0, size, step))
-    return [(path, s, min(size, s + step), full or s == 0 or s == starts[-1]) for s in starts]
+    return [(path, s, min(size, s + step), full, s == 0, s == starts[-1]) for s in starts]
 
 
 def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
@@ -342,12 +375,12 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
         small = is_plain and not gz and size <= FULL_SCAN_BYTES
         for piece in _pieces(fh):
             if previous is not None:
-                yield _scan_piece(previous, first or small, before, _head(piece))
+                yield _scan_piece(previous, small, before, _head(piece), first=first)
                 before = _tail(previous)
                 first = False
             previous = piece
         if previous is not None:
-            yield _scan_piece(previous, True, before, b"")
+            yield _scan_piece(previous, small, before, b"", first=first, last=True)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise UsageError(
             f"{path}: damaged or truncated gzip ({exc}); re-copy the file or gunzip what is readable"
@@ -373,17 +406,21 @@ def _tail(piece: Piece) -> bytes:
     return data[lo if cut == -1 else cut + 1 : hi]
 
 
-def _scan_piece(piece: Piece, full: bool, before: bytes, after: bytes) -> ChunkScan:
+def _scan_piece(
+    piece: Piece, full: bool, before: bytes, after: bytes, *, first: bool = False, last: bool = False
+) -> ChunkScan:
     data, lo, hi = piece
-    # Every anchor everywhere for the first and the last piece and for small inputs; the big
-    # middle of a large log is scanned for PRIMARY_ANCHORS and windows (see candidate_spans).
+    # Every anchor everywhere for small inputs and small pieces, and in the first piece's first
+    # and the last piece's last EDGE_BYTES; the rest of a large log is scanned for
+    # PRIMARY_ANCHORS and windows (see candidate_spans).
     if full or hi - lo < CHUNK_BYTES // 4:
         return candidate_lines(data, True, lo, hi)
+    head, tail = EDGE_BYTES if first else 0, EDGE_BYTES if last else 0
     if not (before and _seeds(before, 0, len(before))) and not (after and _seeds(after, 0, len(after))):
-        return candidate_lines(data, False, lo, hi)
+        return candidate_lines(data, False, lo, hi, head=head, tail=tail)
     # A neighbour holds a startup line whose window reaches here: scan with it as context.
     buf = before + data[lo:hi] + after
-    return candidate_lines(buf, False, len(before), len(before) + hi - lo, 0, len(buf))
+    return candidate_lines(buf, False, len(before), len(before) + hi - lo, 0, len(buf), head, tail)
 
 
 def _parallel_scans(path: str, size: int, jobs: int) -> Iterator[ChunkScan]:
