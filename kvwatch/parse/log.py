@@ -19,6 +19,7 @@ Privacy: request content ("Received request ... prompt: '...'") is never parsed 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -492,10 +493,7 @@ class LogParser:
         if not isinstance(scan, LineScan):
             rec = stats_record(scan, lineno)
             if self._pending is None and self._dead is None:
-                # What _apply does for a line holding one complete stats record and nothing else.
-                self.lines = max(self.lines, lineno)
-                self._stats_in_run = self._any_content = True
-                self._shutting_down = False
+                self._plain_stats_seen(lineno)
                 return [rec]
             scan = LineScan(records=[rec], ts=rec.ts)
         self.lines = max(self.lines, lineno)
@@ -517,6 +515,37 @@ class LogParser:
             return out
         out.extend(scan.records)
         return out
+
+    def feed_chunk(self, candidates: Iterable[tuple[int, str, LineScan | StatsRow]], base: int) -> list[LogRecord]:
+        """``feed_scan`` for every ``(line index, text, scan)`` of a chunk whose index 0 is line
+        ``base + 1``: the records they complete, in order.
+
+        A big log is nearly all plain stats lines; they take a short way here (the same effect
+        as ``feed_scan``, with the parser's flags set once per run of them).
+        """
+        out: list[LogRecord] = []
+        append = out.append
+        new = _new_tuple
+        stats_seen = 0  # line number of the last plain stats line whose flags are not set yet
+        for rel, text, scan in candidates:
+            lineno = base + rel + 1
+            if type(scan) is tuple and self._pending is None and self._dead is None:
+                append(new(StatsRecord, (lineno, new(LogTime, scan[0]), *scan[1:])))
+                stats_seen = lineno
+                continue
+            if stats_seen:
+                self._plain_stats_seen(stats_seen)
+                stats_seen = 0
+            out.extend(self.feed_scan(scan, lineno, text))
+        if stats_seen:
+            self._plain_stats_seen(stats_seen)
+        return out
+
+    def _plain_stats_seen(self, lineno: int) -> None:
+        """What _apply does for lines holding one complete stats record and nothing else."""
+        self.lines = max(self.lines, lineno)
+        self._stats_in_run = self._any_content = True
+        self._shutting_down = False
 
     def finish(self) -> list[LogRecord]:
         """Flush what still waits: a stats record cut at the end, an engine death not yet judged."""

@@ -473,9 +473,7 @@ class LogInput:
             return
         parser = LogParser()
         for scan in _scans(self.path, self.jobs):
-            batch: list[LogRecord] = []
-            for rel, text, line_scan in scan.candidates:
-                batch.extend(parser.feed_scan(line_scan, self.lines + rel + 1, text))
+            batch = parser.feed_chunk(scan.candidates, self.lines)
             self.lines += scan.lines
             self.bytes += scan.nbytes
             if self.progress is not None:
