@@ -241,7 +241,7 @@ def _merge(scans: list[ChunkScan]) -> ChunkScan:
     return ChunkScan(lines, nbytes, candidates)
 
 
-Range = tuple[str, int, int, bool, bool, bool]  # path, start, end, full, first range, last range
+Range = tuple[str, int, int, bool, int, int]  # path, start, end, full, head and tail edge bytes
 
 
 def _scan_range(args: Range) -> ChunkScan:
@@ -249,9 +249,9 @@ def _scan_range(args: Range) -> ChunkScan:
 
     It reads WINDOW_BYTES more on each side as context (see candidate_spans), so a startup block
     cut by the range boundary is found from both ranges; each line is reported by one range only.
-    The first range's first and the last range's last EDGE_BYTES are searched for every anchor.
+    Its first ``head`` and last ``tail`` bytes (the input's edges) are searched for every anchor.
     """
-    path, start, end, full, first, last = args
+    path, start, end, full, head, tail = args
     with open(path, "rb") as fh:
         c0 = max(0, start - WINDOW_BYTES)
         fh.seek(c0)
@@ -272,7 +272,7 @@ def _scan_range(args: Range) -> ChunkScan:
             hi = len(buf) if nl == -1 else nl + 1
         ctx_lo = 0 if c0 == 0 else min(lo, buf.find(b"\n") + 1)
         ctx_hi = max(hi, buf.rfind(b"\n") + 1) if not at_eof else len(buf)
-    return candidate_lines(buf, full, lo, hi, ctx_lo, ctx_hi, EDGE_BYTES if first else 0, EDGE_BYTES if last else 0)
+    return candidate_lines(buf, full, lo, hi, ctx_lo, ctx_hi, head, tail)
 
 
 Piece = tuple[bytes, int, int]  # data, lo, hi: the complete lines data[lo:hi]
@@ -346,13 +346,16 @@ def _open(path: str) -> BinaryIO:
 
 
 def _ranges(path: str, size: int, full: bool) -> list[Range]:
-    # Chunk-sized ranges: memory is bounded by the ranges in flight, not by the file. The first
-    # and the last range hold the edges scanned for every anchor (startup at the top, a crash at
-    # the end).
+    # Chunk-sized ranges: memory is bounded by the ranges in flight, not by the file. The ranges
+    # that hold the first or the last EDGE_BYTES scan those for every anchor (startup at the top,
+    # a crash at the end).
     n = max(1, -(-size // CHUNK_BYTES))
     step = -(-size // n)
-    starts = list(range(0, size, step))
-    return [(path, s, min(size, s + step), full, s == 0, s == starts[-1]) for s in starts]
+    out: list[Range] = []
+    for s in range(0, size, step):
+        e = min(size, s + step)
+        out.append((path, s, e, full, max(0, EDGE_BYTES - s), max(0, EDGE_BYTES - (size - e))))
+    return out
 
 
 def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
@@ -367,20 +370,32 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
         return
     fh = _open(path)
     try:
-        # One piece of delay: a piece is scanned once the next is read, with the neighbours'
-        # facing WINDOW_BYTES as context (see candidate_spans).
-        previous: Piece | None = None
+        # A piece is scanned once the next is read (the neighbours' facing WINDOW_BYTES are its
+        # context, see candidate_spans) and once EDGE_BYTES follow it or the input has ended:
+        # then it is known how much of it lies in the last EDGE_BYTES (usually one piece of delay).
+        held: deque[Piece] = deque()
+        held_bytes = 0  # bytes of the held pieces
+        offset = 0  # input offset of the oldest held piece
         before = b""
-        first = True
         small = is_plain and not gz and size <= FULL_SCAN_BYTES
         for piece in _pieces(fh):
-            if previous is not None:
-                yield _scan_piece(previous, small, before, _head(piece), first=first)
-                before = _tail(previous)
-                first = False
-            previous = piece
-        if previous is not None:
-            yield _scan_piece(previous, small, before, b"", first=first, last=True)
+            held.append(piece)
+            held_bytes += piece[2] - piece[1]
+            while len(held) > 1 and held_bytes - (held[0][2] - held[0][1]) >= EDGE_BYTES:
+                oldest = held.popleft()
+                held_bytes -= oldest[2] - oldest[1]
+                yield _scan_piece(oldest, small, before, _head(held[0]), max(0, EDGE_BYTES - offset), 0)
+                before = _tail(oldest)
+                offset += oldest[2] - oldest[1]
+        while held:  # the input has ended
+            oldest = held.popleft()
+            held_bytes -= oldest[2] - oldest[1]
+            after = _head(held[0]) if held else b""
+            yield _scan_piece(
+                oldest, small, before, after, max(0, EDGE_BYTES - offset), max(0, EDGE_BYTES - held_bytes)
+            )
+            before = _tail(oldest)
+            offset += oldest[2] - oldest[1]
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise UsageError(
             f"{path}: damaged or truncated gzip ({exc}); re-copy the file or gunzip what is readable"
@@ -406,16 +421,13 @@ def _tail(piece: Piece) -> bytes:
     return data[lo if cut == -1 else cut + 1 : hi]
 
 
-def _scan_piece(
-    piece: Piece, full: bool, before: bytes, after: bytes, *, first: bool = False, last: bool = False
-) -> ChunkScan:
+def _scan_piece(piece: Piece, full: bool, before: bytes, after: bytes, head: int = 0, tail: int = 0) -> ChunkScan:
     data, lo, hi = piece
-    # Every anchor everywhere for small inputs and small pieces, and in the first piece's first
-    # and the last piece's last EDGE_BYTES; the rest of a large log is scanned for
+    # Every anchor everywhere for small inputs and small pieces, and in the piece's first ``head``
+    # and last ``tail`` bytes (the input's edges); the rest of a large log is scanned for
     # PRIMARY_ANCHORS and windows (see candidate_spans).
     if full or hi - lo < CHUNK_BYTES // 4:
         return candidate_lines(data, True, lo, hi)
-    head, tail = EDGE_BYTES if first else 0, EDGE_BYTES if last else 0
     if not (before and _seeds(before, 0, len(before))) and not (after and _seeds(after, 0, len(after))):
         return candidate_lines(data, False, lo, hi, head=head, tail=tail)
     # A neighbour holds a startup line whose window reaches here: scan with it as context.
