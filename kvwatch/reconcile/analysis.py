@@ -567,12 +567,13 @@ def analyze_paths(
     ``model`` (a name or a config.json path) goes to ``levers_hook``. ``progress`` is called with
     the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
     """
-    from kvwatch.sources.files import iter_logs  # local: keep this module importable without I/O
+    from kvwatch.sources.files import iter_logs, paused_gc  # local: importable without I/O
 
     analysis = Analysis()
-    for log in iter_logs(paths, progress=progress, jobs=jobs):
-        source = log.path if len(paths) > 1 else None
-        for batch in log.batches():
-            analysis.add(batch, source=source)
-        analysis.add_input(log.path, log.lines, log.bytes)
+    with paused_gc():
+        for log in iter_logs(paths, progress=progress, jobs=jobs):
+            source = log.path if len(paths) > 1 else None
+            for batch in log.batches():
+                analysis.add(batch, source=source)
+            analysis.add_input(log.path, log.lines, log.bytes)
     return analysis.document(model)

