@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
-from itertools import islice
+from itertools import islice, pairwise
 from multiprocessing.reduction import ForkingPickler
 from operator import attrgetter
 from typing import Any, BinaryIO, get_args
@@ -371,14 +371,16 @@ def _open(path: str) -> BinaryIO:
 
 
 def _ranges(path: str, size: int, full: bool) -> list[Range]:
-    # Chunk-sized ranges: memory is bounded by the ranges in flight, not by the file. The ranges
-    # that hold the first or the last EDGE_BYTES scan those for every anchor (startup at the top,
-    # a crash at the end).
-    n = max(1, -(-size // CHUNK_BYTES))
-    step = -(-size // n)
+    # Chunk-sized ranges: memory is bounded by the ranges in flight, not by the file. The first
+    # and the last EDGE_BYTES are ranges of their own when the input is large: they are scanned
+    # for every anchor (startup at the top, a crash at the end), which costs as much as a whole
+    # chunk's scan, and small edge ranges keep the two workers evenly busy at the start and end.
+    edge = EDGE_BYTES if not full and size > 4 * EDGE_BYTES else 0
+    n = max(1, -(-(size - 2 * edge) // CHUNK_BYTES))
+    step = -(-(size - 2 * edge) // n)
+    bounds = ([0] if edge else []) + list(range(edge, size - edge, step)) + [size - edge] * bool(edge) + [size]
     out: list[Range] = []
-    for s in range(0, size, step):
-        e = min(size, s + step)
+    for s, e in pairwise(bounds):
         out.append((path, s, e, full, max(0, EDGE_BYTES - s), max(0, EDGE_BYTES - (size - e))))
     return out
 
@@ -464,19 +466,26 @@ def _parallel_scans(path: str, size: int, jobs: int) -> Iterator[ChunkScan]:
     """Byte ranges scanned by ``jobs`` worker processes, yielded in file order.
 
     At most two ranges per worker are in flight, so a slow consumer never lets results pile up.
+    The last range goes second (its result waits): the end then has no slow range left for one
+    worker while the other idles.
     """
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    ranges = iter(_ranges(path, size, size <= FULL_SCAN_BYTES))
+    all_ranges = _ranges(path, size, size <= FULL_SCAN_BYTES)
+    ranges = iter(all_ranges[:-1] if len(all_ranges) > 2 else all_ranges)
     with ctx.Pool(jobs) as pool:
-        in_flight = deque(pool.apply_async(_scan_range, (r,)) for r in islice(ranges, 2 * jobs))
+        in_flight = deque(pool.apply_async(_scan_range, (r,)) for r in islice(ranges, 1))
+        last = pool.apply_async(_scan_range, (all_ranges[-1],)) if len(all_ranges) > 2 else None
+        in_flight.extend(pool.apply_async(_scan_range, (r,)) for r in islice(ranges, 2 * jobs - 2))
         while in_flight:
             result = in_flight.popleft().get()
             nxt = next(ranges, None)
             if nxt is not None:
                 in_flight.append(pool.apply_async(_scan_range, (nxt,)))
             yield result
+        if last is not None:
+            yield last.get()
 
 
 class LogInput:
