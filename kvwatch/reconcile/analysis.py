@@ -308,37 +308,35 @@ class Analysis:
             )
 
     def _stats(self, rec: StatsRecord, source: str | None) -> None:
-        # Runs once per stats record (tens of thousands per GB of log): _max is inlined here.
+        # Runs once per stats record (tens of thousands per GB of log): helpers (_max,
+        # _Sustained.add, Timeline.add's common case) are inlined here, fields read by unpacking.
         if not self._run_open.get(source):
             self._open_run(source)
         self.stats_count += 1
         self.last = rec
         self.last_prefix_hit_v0 = None
-        running, waiting, kv_pct = rec.running, rec.waiting, rec.kv_usage_pct
+        _, ts, engine, _, running, waiting, _, deferred, preemptions, kv_pct = rec[:10]
         if running is not None and (self.max_running is None or running > self.max_running):
             self.max_running = running
         if waiting is not None and (self.max_waiting is None or waiting > self.max_waiting):
             self.max_waiting = waiting
         if kv_pct is not None and (self.max_kv is None or kv_pct > self.max_kv):
             self.max_kv = kv_pct
-        if rec.ts is not None:
-            self.first_ts = self.first_ts or rec.ts
-            self.last_ts = rec.ts
-        if rec.preemptions:
-            self.from_stats += rec.preemptions
-        self._saturation(rec, source)
+        if ts is not None:
+            self.first_ts = self.first_ts or ts
+            self.last_ts = ts
+        if preemptions:
+            self.from_stats += preemptions
 
-    def _saturation(self, rec: StatsRecord, source: str | None) -> None:
-        key = (source, rec.engine)
-        state = self._engines.get(key)
+        # ---- saturation of this (input, engine) ----
+        state = self._engines.get((source, engine))
         max_num_seqs = self._max_num_seqs
         if state is None:
             judge = SaturationJudge(max_num_seqs=max_num_seqs)
             self._configure(judge)
-            state = self._engines[key] = _EngineState(judge)
+            state = self._engines[(source, engine)] = _EngineState(judge)
         judge = state.judge
         judge.max_num_seqs = max_num_seqs
-        ts = rec.ts
         if ts is not None:
             t = ts.seconds()
             if t < state.last_t - 1.0:
@@ -351,13 +349,12 @@ class Analysis:
             t = state.index * NOMINAL_INTERVAL_S
             self.mb_seconds_known = False
         state.index += 1
-        preempted = rec.preemptions or 0
+        preempted = preemptions or 0
         if self._pending_preemptions:
             preempted += self._pending_preemptions.pop(source, 0)
-        running, waiting, kv_pct = rec.running, rec.waiting, rec.kv_usage_pct
         # vLLM 0.20+ counts deferred requests in "Waiting" and states them apart: only the rest
         # wait for capacity (CONTRACTS "Saturation": only capacity waiting counts).
-        capacity_waiting = max(0, waiting - rec.deferred) if waiting is not None and rec.deferred is not None else None
+        capacity_waiting = max(0, waiting - deferred) if waiting is not None and deferred is not None else None
         verdict_state = judge.observe_values(
             t,
             running,
@@ -366,7 +363,13 @@ class Analysis:
             float(preempted),
             capacity_waiting,
         )
-        state.verdict.add(verdict_state)
+        sustained = state.verdict  # _Sustained.add
+        if sustained.prev == verdict_state:
+            sustained.sustained.add(verdict_state)
+        elif sustained.count == 0:
+            sustained.first = verdict_state
+        sustained.prev = verdict_state
+        sustained.count += 1
         state.count += 1
         state.last_state = verdict_state
         if running is not None and (state.max_running is None or running > state.max_running):
@@ -375,21 +378,34 @@ class Analysis:
             state.max_waiting = waiting
         if kv_pct is not None and (state.max_kv is None or kv_pct > state.max_kv):
             state.max_kv = kv_pct
-        state.timeline.add(rec)
+        timeline = state.timeline
+        buckets = timeline.buckets
+        if buckets and buckets[-1][2] < timeline.step:  # Timeline.add: the record joins the last bucket
+            last = buckets[-1]
+            last[1] = ts
+            last[2] += 1
+            if running is not None and (last[3] is None or running > last[3]):
+                last[3] = running
+            if waiting is not None and (last[4] is None or waiting > last[4]):
+                last[4] = waiting
+            if kv_pct is not None and (last[5] is None or kv_pct > last[5]):
+                last[5] = kv_pct
+        else:
+            timeline.add(rec)
         ep = state.episode
         if verdict_state == "memory_bound":
             self.mb_records += 1
             if ep is None:
-                ep = state.episode = _Episode(rec.engine, source, rec.ts, rec.ts)
+                ep = state.episode = _Episode(engine, source, ts, ts)
                 self.episodes_total += 1
                 if len(self.episodes) < MAX_EPISODES:
                     self.episodes.append(ep)
             else:
-                self._close_interval(ep, rec.ts)
+                self._close_interval(ep, ts)
             ep.records += 1
-            ep.peak_waiting = max(ep.peak_waiting, rec.waiting or 0)
-            ep.peak_kv_usage_pct = _max(ep.peak_kv_usage_pct, rec.kv_usage_pct)
-            if self.worst is None or (rec.kv_usage_pct or 0, rec.waiting or 0) > (
+            ep.peak_waiting = max(ep.peak_waiting, waiting or 0)
+            ep.peak_kv_usage_pct = _max(ep.peak_kv_usage_pct, kv_pct)
+            if self.worst is None or (kv_pct or 0, waiting or 0) > (
                 self.worst.kv_usage_pct or 0,
                 self.worst.waiting or 0,
             ):
@@ -398,7 +414,7 @@ class Analysis:
                 self.worst_pool = pool if isinstance(pool, int) else None
         elif ep is not None:
             # The episode lasts until the record that shows it over.
-            self._close_interval(ep, rec.ts)
+            self._close_interval(ep, ts)
             state.episode = None
 
     def _configure(self, judge: SaturationJudge) -> None:
