@@ -240,3 +240,26 @@ def test_a_crash_near_the_end_is_found_by_the_edge_scan(
     assert got == _every_line([line + "\n" for line in lines])
     assert [getattr(r, "kind", None) for r in got].count("engine_dead") == 1
     assert log_input.lines == len(lines)
+
+
+def test_a_byte_range_that_starts_exactly_at_a_line_start_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stats = SEED_LOG.read_text().splitlines()[112]
+    width = len(stats.encode()) + 1  # every line this many bytes, newline included
+    base = FILLER.format(n=7)
+    filler = base.replace("completions", "completions" + "x" * (width - 1 - len(base.encode())))
+    assert len(filler.encode()) + 1 == width
+    lines = [stats if i % 10 == 0 else filler for i in range(4000)]
+    path = tmp_path / "aligned.log"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(files, "CHUNK_BYTES", width * 100)  # 40 ranges, each starting at a line
+    monkeypatch.setattr(files, "WINDOW_BYTES", width * 10)
+    monkeypatch.setattr(files, "EDGE_BYTES", 0)
+    monkeypatch.setattr(files, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(files, "FULL_SCAN_BYTES", 0)
+    assert all(start % width == 0 for _, start, *_ in files._ranges(str(path), path.stat().st_size, False))
+    log_input = files.LogInput(str(path), jobs=2)
+    got = [r for batch in log_input.batches() for r in batch]
+    assert got == _every_line([line + "\n" for line in lines])
+    assert (log_input.lines, log_input.bytes) == (4000, path.stat().st_size)
