@@ -91,6 +91,8 @@ def main() -> int:
         "kvwatch_s": round(k, 3),
         "kvwatch_lines_per_s": round(2_000_000 / k),
         "ratio_to_grep": round(k / g, 2),
+        "ratio_target_met": k / g <= TARGET_RATIO,
+        "lines_per_s_target_met": 2_000_000 / k >= TARGET_LINES_PER_S,
         "peak_rss_mib_2m": round(rss2 / 1024, 1),
         "peak_rss_mib_4m": round(rss4 / 1024, 1),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
@@ -98,9 +100,12 @@ def main() -> int:
     print(f"file: 2,000,000 lines, {size_mb:,.0f} MB; median of {args.runs} runs")
     print(f"grep -c 'KV cache usage'   {g:7.3f} s")
     print(f"kvwatch analyze --format json {k:7.3f} s  = {2_000_000 / k:,.0f} lines/s, {k / g:.2f}x grep")
+    # Two criteria, reported apart: the ratio to grep is the one that holds on any machine; the
+    # absolute rate depends on the CPU (and includes ~0.3 s of Python start-up).
+    print(f"ratio target <= {TARGET_RATIO}x grep: {'met' if k / g <= TARGET_RATIO else 'NOT met'} ({k / g:.2f}x)")
     print(
-        f"target: >= {TARGET_LINES_PER_S:,} lines/s and <= {TARGET_RATIO}x grep: "
-        f"{'met' if 2_000_000 / k >= TARGET_LINES_PER_S and k / g <= TARGET_RATIO else 'NOT met'}"
+        f"absolute target >= {TARGET_LINES_PER_S:,} lines/s: "
+        f"{'met' if 2_000_000 / k >= TARGET_LINES_PER_S else 'NOT met'} ({2_000_000 / k:,.0f} lines/s)"
     )
     print(f"peak RSS: {rss2 / 1024:,.1f} MiB on 2 M lines, {rss4 / 1024:,.1f} MiB on 4 M lines")
     print(json.dumps(result))
