@@ -19,10 +19,11 @@ from typing import Literal, NamedTuple
 
 
 # LogTime and StatsRecord are NamedTuples, not frozen dataclasses like the records below: a big log
-# has one of each per stats record (tens of thousands per GB), built in worker processes and moved
-# to the analyzer. A tuple is built, pickled and read back at C speed; a frozen slots dataclass
-# sets every field through object.__setattr__ (about 15x slower to move). Both are immutable and
-# keep their field names; compare them only with records of their own type.
+# has one of each per stats record (tens of thousands per GB). A NamedTuple is built from a plain
+# tuple at C speed (tuple.__new__; worker processes send plain tuples, kvwatch.parse.log.StatsRow)
+# and its fields read at C speed; a frozen slots dataclass sets every field through
+# object.__setattr__. Both are immutable and keep their field names, defaults and methods;
+# compare them only with records of their own type (a NamedTuple equals a plain tuple).
 
 _DAYS_BEFORE_MONTH = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)  # a non-leap year
 
