@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pickle
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -263,3 +265,38 @@ def test_a_byte_range_that_starts_exactly_at_a_line_start_is_read(
     got = [r for batch in log_input.batches() for r in batch]
     assert got == _every_line([line + "\n" for line in lines])
     assert (log_input.lines, log_input.bytes) == (4000, path.stat().st_size)
+
+
+# ---- start-up: `kvwatch analyze` imports only its own command -------------------------------
+
+_PROBE = """
+import contextlib, io, sys
+from kvwatch.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exc:
+        assert not exc.code, exc.code
+print(sorted(m for m in sys.modules if m.startswith("kvwatch.commands.")))
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["analyze", "--format", "json", str(SEED_LOG)], ["kvwatch.commands.analyze"]),
+        (
+            ["--help"],
+            [
+                "kvwatch.commands.analyze",
+                "kvwatch.commands.capacity",
+                "kvwatch.commands.snapshot",
+                "kvwatch.commands.watch",
+            ],
+        ),
+    ],
+    ids=["analyze-alone", "help-lists-every-command"],
+)
+def test_analyze_starts_without_the_other_commands_modules(argv: list[str], expected: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == repr(expected)
