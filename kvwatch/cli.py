@@ -8,10 +8,12 @@ prints a traceback: commands raise ``kvwatch.errors.KvwatchError`` with a one-li
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
+from types import ModuleType
 
 import typer
-import typer.rich_utils
 
 from kvwatch.errors import KvwatchError
 
@@ -56,8 +58,25 @@ def _one_line_usage_error(exc: Exception) -> None:
     print(f"{where}: error: {' '.join(message.split())} (see {where} --help)", file=sys.stderr)
 
 
+def _lazy_rich_utils() -> ModuleType:
+    """typer.rich_utils, loaded on first use: importing it (rich, markdown_it) costs 75 ms of every
+    start-up, and typer needs it only to print help or an error. Attributes set before the load
+    survive it (importlib.util.LazyLoader)."""
+    spec = importlib.util.find_spec("typer.rich_utils")
+    if spec is None or spec.loader is None:  # not expected: typer ships it
+        return importlib.import_module("typer.rich_utils")
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["typer.rich_utils"] = module
+    loader.exec_module(module)
+    typer.rich_utils = module  # type: ignore[attr-defined]
+    return module
+
+
 # typer calls rich_utils.rich_format_error for usage errors (bad flag, missing value, bad choice).
-typer.rich_utils.rich_format_error = _one_line_usage_error  # type: ignore[assignment]
+_rich_utils = sys.modules.get("typer.rich_utils") or _lazy_rich_utils()
+_rich_utils.rich_format_error = _one_line_usage_error  # type: ignore[attr-defined]
 
 
 def main(argv: list[str] | None = None) -> None:

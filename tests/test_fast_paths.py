@@ -277,6 +277,7 @@ with contextlib.redirect_stdout(io.StringIO()):
         main(sys.argv[1:])
     except SystemExit as exc:
         assert not exc.code, exc.code
+print("rich" in sys.modules)  # typer's rich help/error formatting: loaded only when used
 print(sorted(m for m in sys.modules if m.startswith("kvwatch.commands.")))
 """
 
@@ -299,4 +300,6 @@ print(sorted(m for m in sys.modules if m.startswith("kvwatch.commands.")))
 )
 def test_analyze_starts_without_the_other_commands_modules(argv: list[str], expected: list[str]) -> None:
     out = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == repr(expected)
+    rich_loaded, modules = out.stdout.strip().splitlines()[-2:]
+    assert modules == repr(expected)
+    assert rich_loaded == str(argv == ["--help"])
