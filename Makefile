@@ -31,4 +31,4 @@ bench:
 	$(PY) benchmarks/analyze_speed.py
 	$(PY) benchmarks/footprint.py
 
-check: lint types test
+check: fmt lint types test

@@ -54,6 +54,9 @@ CAPACITY_KEYS = (
     "kv_cache_tokens",
     "kv_cache_memory_gib",
     "weights_gib",
+    # Additive (not in CONTRACTS.md): the blocks vLLM computed from its KV memory before
+    # --num-gpu-blocks-override replaced them; what the memory figure is to be checked against.
+    "computed_gpu_blocks",
 )
 CONFIG_KEYS = (
     "vllm_version",

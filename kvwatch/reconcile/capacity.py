@@ -829,6 +829,9 @@ def _observed_arch(doc: Mapping[str, Any]) -> Architecture | None:
     bs = _int_or_none(_num(doc, "capacity", "block_size")) or _int_or_none(_num(doc, "config", "block_size"))
     if tokens is None and blocks is not None and bs:
         tokens = blocks * bs
+    computed = _int_or_none(_num(doc, "capacity", "computed_gpu_blocks"))
+    if computed is not None and bs:
+        tokens = computed * bs  # the KV memory held the computed blocks, not the override
     if not isinstance(gib, (int, float)) or not tokens:
         return None
     per_token = float(gib) * GIB / tokens
