@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -54,8 +55,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # keep test output quiet
         pass
 
-    def _send(self, status: int, body: bytes, *, length: int | None = None, headers: dict[str, str] | None = None,
-              close: bool = False) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        *,
+        length: int | None = None,
+        headers: dict[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         if length is not None:
@@ -135,10 +143,16 @@ class FakeClock:
         return self.now
 
 
-def _scraper(url: str, *, bearer_token: str | None = None, clock: FakeClock | None = None,
-             reader: Callable[[str], Any] | None = None) -> MetricsScraper:
-    return MetricsScraper(url, timeout=TIMEOUT, bearer_token=bearer_token, verify=True,
-                          clock=clock or FakeClock(), reader=reader)
+def _scraper(
+    url: str,
+    *,
+    bearer_token: str | None = None,
+    clock: FakeClock | None = None,
+    reader: Callable[[str], Any] | None = None,
+) -> MetricsScraper:
+    return MetricsScraper(
+        url, timeout=TIMEOUT, bearer_token=bearer_token, verify=True, clock=clock or FakeClock(), reader=reader
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,12 +287,20 @@ BACKOFF_STEPS = [
 
 
 @pytest.mark.parametrize(("failures", "delay"), BACKOFF_STEPS, ids=[f"after_{n}_failures" for n, _ in BACKOFF_STEPS])
-def test_backs_off_exponentially_up_to_the_cap(failures: int, delay: float) -> None:
+def test_backs_off_exponentially_up_to_the_cap(failures: int, delay: float, server: FakeVllm) -> None:
+    server.mode = "http500"  # a failure that loads the server (a refusal retries at the interval)
     timer = FakeClock()
-    scraper = MetricsScraper("http://127.0.0.1:1/metrics", timeout=TIMEOUT, bearer_token=None, verify=True,
-                             interval=10.0, max_backoff=60.0, timer=timer)
+    scraper = MetricsScraper(
+        server.url,
+        timeout=TIMEOUT,
+        bearer_token=None,
+        verify=True,
+        interval=10.0,
+        max_backoff=60.0,
+        timer=timer,
+    )
     for _ in range(failures):
-        assert not scraper.scrape().ok  # port 1: refused at once
+        assert not scraper.scrape().ok
     assert scraper.consecutive_failures == failures
     assert scraper.next_delay() == delay
 
@@ -341,10 +363,29 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[FakeVllm, Path]]:
         pytest.skip("openssl not installed: needed to make a throwaway certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=30,
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
     )
     srv = FakeVllm()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -374,3 +415,19 @@ def test_tls_endpoint_is_read_when_told_how_to_trust_it(tls_server: tuple[FakeVl
     result = MetricsScraper(url, timeout=2.0, bearer_token="t", verify=verify).scrape()
     assert result.ok, result.error
     assert srv.seen_auth == ["Bearer t"]
+
+
+def test_a_refused_connection_retries_at_the_interval_so_a_starting_vllm_is_seen_at_once() -> None:
+    # vLLM takes 30-60 s to listen; exponential backoff from refusals left the sidecar blind for
+    # ~30 s after vLLM was ready (found by the real-vLLM e2e test in wrapper mode).
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    scraper = MetricsScraper(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT, bearer_token=None, verify=True,
+                             interval=1.0, max_backoff=60.0)  # fmt: skip
+    for _ in range(6):
+        result = scraper.scrape()
+        assert not result.ok
+        assert "refused" in (result.error or "")
+    assert scraper.consecutive_failures == 6
+    assert scraper.next_delay() == 1.0

@@ -107,6 +107,11 @@ class MetricsScraper:
         self.last_success_at: float | None = None  # Unix time of the last ok scrape
         self._last_attempt: float | None = None  # timer() at the last attempt
         self._status: int | None = None  # HTTP status of the attempt under way
+        # A refused connection is a server not listening (yet): vLLM takes 30-60 s to start, and
+        # backing off exponentially from it left the sidecar blind for ~30 s after vLLM was ready
+        # (real-vLLM e2e, wrapper mode). Refusals cost the server nothing, so they retry at the
+        # interval; only failures that load the server (timeouts, errors, bad bodies) back off.
+        self._last_refused = False
 
     def scrape(self) -> ScrapeResult:
         """GET the URL once and read it; never raises, never takes much longer than ``timeout``."""
@@ -118,23 +123,26 @@ class MetricsScraper:
             status, body = self._get(start)
             size = len(body)
         except Exception as exc:  # never let a source stop the sidecar; the message says what
+            self._last_refused = isinstance(exc, requests.exceptions.ConnectionError) and _refused(exc)
             result = ScrapeResult(False, None, self._describe(exc), self._timer() - start, at, self._status, 0)
         else:
+            self._last_refused = False
             try:
                 result = self._judge(body, at, start, status)
             except Exception as exc:  # the whole body arrived but is no vLLM exposition
-                result = ScrapeResult(False, None, self._describe(exc), self._timer() - start, at, status, size,
-                                      complete=True)
+                result = ScrapeResult(
+                    False, None, self._describe(exc), self._timer() - start, at, status, size, complete=True
+                )
         self._record(result)
         return result
 
     def next_delay(self) -> float:
-        """Seconds to wait before the next scrape: the interval after a success (or before the
-        first scrape: 0), doubling from the interval after each consecutive failure up to
-        ``max_backoff``."""
+        """Seconds to wait before the next scrape: the interval after a success or a refused
+        connection (before the first scrape: 0), doubling from the interval after each other
+        consecutive failure up to ``max_backoff``."""
         if self.last_result is None:
             return 0.0
-        if self.consecutive_failures == 0:
+        if self.consecutive_failures == 0 or self._last_refused:
             return self.interval
         return float(min(self.max_backoff, self.interval * 2 ** (self.consecutive_failures - 1)))
 
@@ -189,8 +197,10 @@ class MetricsScraper:
             raise _Problem("response truncated: it ends mid-line")
         reading = self._read(text)
         if not reading.vllm_names:
-            raise _Problem(f"no vLLM metrics in the response ({reading.lines} lines): "
-                           "is the URL vLLM's /metrics (e.g. http://HOST:8000/metrics)?")
+            raise _Problem(
+                f"no vLLM metrics in the response ({reading.lines} lines): "
+                "is the URL vLLM's /metrics (e.g. http://HOST:8000/metrics)?"
+            )
         return ScrapeResult(True, reading.snapshot, None, self._timer() - start, at, status, len(body), complete=True)
 
     def _read(self, text: str) -> ExpositionReading:
@@ -300,9 +310,15 @@ def _timed_out(exc: BaseException) -> bool:
 
 def _root_cause(exc: BaseException) -> str:
     text = str(exc)
-    for marker in ("Name or service not known", "nodename nor servname", "Temporary failure in name resolution",
-                   "No route to host", "Network is unreachable", "Connection reset by peer",
-                   "Remote end closed connection"):
+    for marker in (
+        "Name or service not known",
+        "nodename nor servname",
+        "Temporary failure in name resolution",
+        "No route to host",
+        "Network is unreachable",
+        "Connection reset by peer",
+        "Remote end closed connection",
+    ):
         if marker in text:
             return marker.lower()
     return type(exc).__name__
