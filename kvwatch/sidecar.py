@@ -107,20 +107,21 @@ class Sidecar:
         assert self.lines is not None
         started = time.perf_counter()
         error: str | None
+        ended = False
         try:
             batch = [line.text for line in self.lines.poll()]
         except Exception as exc:  # a source bug must not kill the sidecar
             batch, ok, error = [], False, f"{type(exc).__name__}: {exc}"
         else:
             status = self.lines.status()
-            ok, error = status.up, status.last_error
+            ok, error, ended = status.up, status.last_error, status.eof
         if batch:
             self.feed_lines(batch)
             self._uncommitted = True
         if self._uncommitted and time.monotonic() - self._last_commit >= COMMIT_INTERVAL_SECONDS:
             self._commit()
         with self.lock:
-            events = self.state.on_source("log", ok, self.clock(), time.perf_counter() - started, error)
+            events = self.state.on_source("log", ok, self.clock(), time.perf_counter() - started, error, ended)
         _emit(events)
 
     def _commit(self) -> None:
@@ -236,7 +237,7 @@ def line_source_for(settings: WatchSettings) -> LineSource | None:
     return None
 
 
-def build_sidecar(settings: WatchSettings, lines: LineSource | None) -> Sidecar:
+def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: str | None = None) -> Sidecar:
     """Everything ``kvwatch watch`` runs, started: sources, parser, reconciler, server."""
     from kvwatch.parse.log import LogParser
 
@@ -278,7 +279,7 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None) -> Sidecar:
     log.info(
         "start: listening on %s (log: %s, metrics: %s, model: %s)",
         settings.listen,
-        settings.replay or settings.log or "none",
+        settings.replay or settings.log or log_name or "none",
         _redact(settings.metrics_url),
         arch.name if arch is not None else "from the log",
     )

@@ -134,7 +134,7 @@ def run(
     # Everything that can refuse (settings, model, --listen) is checked before vLLM starts, so a
     # usage error never leaves an orphaned server behind.
     child = child_process(argv)
-    sidecar = build_sidecar(settings, child.lines)
+    sidecar = build_sidecar(settings, child.lines, log_name=f"the output of {argv[0]}")
     try:
         child.start()
     except BaseException:

@@ -207,7 +207,9 @@ class LiveState:
         events += self._reconcile_events()
         return events
 
-    def on_source(self, source: str, ok: bool, now: float, duration: float, error: str | None = None) -> list[Event]:
+    def on_source(
+        self, source: str, ok: bool, now: float, duration: float, error: str | None = None, ended: bool = False
+    ) -> list[Event]:
         """Record the outcome of one read of a source (``log`` or ``metrics``)."""
         info = self.sources.setdefault(source, {"up": 0.0, "duration": None, "last_success": None, "errors": 0.0})
         info["up"] = 1.0 if ok else 0.0
@@ -222,6 +224,8 @@ class LiveState:
             return []
         if ok:
             return [Event("source", f"source {source} recovered")]
+        if ended:
+            return [Event("source", f"source {source} ended (end of input)")]
         if error is None:
             return [Event("source", f"source {source} has no data yet (waiting for it to appear)")]
         return [Event("source", f"source {source} down: {error}")]
