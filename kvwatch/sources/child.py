@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from kvwatch.errors import UsageError
-from kvwatch.sources.lines import DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, QueuedLines, SourceStatus
+from kvwatch.sources.lines import DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, PipeLines, QueuedLines, SourceStatus
 
 _CHUNK = 64 * 1024
 #: Signals a container runtime or a terminal sends to stop the server; forwarded to the child.
@@ -37,28 +37,12 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class ChildLines:
+class ChildLines(PipeLines):
     """The child's output lines as a ``LineSource`` (when no ``on_line`` callback is given)."""
 
     def __init__(self, queue: QueuedLines, owner: ChildProcess) -> None:
-        self._queue = queue
+        super().__init__(queue)
         self._owner = owner
-        self._lines_total = 0
-        self._truncated_total = 0
-
-    def poll(self) -> list[Line]:
-        """Lines the child has written since the last poll (stdout and stderr); never blocks."""
-        lines = self._queue.take()
-        self._lines_total += len(lines)
-        self._truncated_total += sum(1 for line in lines if line.truncated)
-        return lines
-
-    def wait(self, timeout: float) -> bool:
-        """Block until a line is there (or the output has ended), or ``timeout`` passes."""
-        return self._queue.wait(timeout)
-
-    def commit(self) -> None:
-        """Nothing to persist: a pipe has no position."""
 
     def close(self) -> None:
         """Nothing to release: the reader threads end with the child's output."""
@@ -174,9 +158,7 @@ class ChildProcess:
         assert self._proc.stderr is not None
         self._open_streams = 2
         for name, pipe in (("stdout", self._proc.stdout), ("stderr", self._proc.stderr)):
-            thread = threading.Thread(
-                target=self._pump, args=(pipe, name), name=f"kvwatch-child-{name}", daemon=True
-            )
+            thread = threading.Thread(target=self._pump, args=(pipe, name), name=f"kvwatch-child-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
         if self._forward and threading.current_thread() is threading.main_thread():

@@ -223,3 +223,29 @@ class QueuedLines:
     def eof(self) -> bool:
         """True once the end marker has been taken: every line has been delivered."""
         return self._eof
+
+
+class PipeLines:
+    """The LineSource half shared by stdin and a wrapped child: lines a reader thread queued.
+
+    A pipe has no position, so ``commit`` is a no-op; subclasses add ``close`` and ``status``.
+    """
+
+    def __init__(self, queue: QueuedLines) -> None:
+        self._queue = queue
+        self._lines_total = 0
+        self._truncated_total = 0
+
+    def poll(self) -> list[Line]:
+        """Lines queued since the last poll; never blocks."""
+        lines = self._queue.take()
+        self._lines_total += len(lines)
+        self._truncated_total += sum(1 for line in lines if line.truncated)
+        return lines
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a line (or the end of the stream) is there, or ``timeout`` passes."""
+        return self._queue.wait(timeout)
+
+    def commit(self) -> None:
+        """Nothing to persist: a pipe has no position."""

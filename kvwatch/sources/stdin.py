@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
-from kvwatch.sources.lines import DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, QueuedLines, SourceStatus
+from kvwatch.sources.lines import DEFAULT_MAX_LINE_BYTES, LineSplitter, PipeLines, QueuedLines, SourceStatus
 
 _CHUNK = 64 * 1024
 
 
-class StdinSource:
+class StdinSource(PipeLines):
     """Lines from a binary stream (standard input by default), read in a daemon thread.
 
     ``poll()`` returns what has been read so far and never blocks; ``wait(timeout)`` blocks until
@@ -36,14 +36,12 @@ class StdinSource:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._stream = stream if stream is not None else sys.stdin.buffer
+        super().__init__(QueuedLines(max_queued_lines))
         self._splitter = LineSplitter(max_line_bytes)
-        self._queue = QueuedLines(max_queued_lines)
         self._wall_clock = wall_clock
         self._coalesce = coalesce  # after draining the pipe, let lines gather (a wake-up per line is costly)
         self._error: str | None = None
         self._last_success_at: float | None = None
-        self._lines_total = 0
-        self._truncated_total = 0
         self._thread = threading.Thread(target=self._read, name="kvwatch-stdin", daemon=True)
         self._thread.start()
 
@@ -66,20 +64,6 @@ class StdinSource:
             self._error = f"cannot read standard input: {exc}"
         finally:
             self._queue.end()
-
-    def poll(self) -> list[Line]:
-        """Lines read since the last poll; never blocks."""
-        lines = self._queue.take()
-        self._lines_total += len(lines)
-        self._truncated_total += sum(1 for line in lines if line.truncated)
-        return lines
-
-    def wait(self, timeout: float) -> bool:
-        """Block until a line (or the end of the stream) is there, or ``timeout`` passes."""
-        return self._queue.wait(timeout)
-
-    def commit(self) -> None:
-        """Nothing to persist: a pipe has no position."""
 
     def close(self) -> None:
         """Stop using the stream. The daemon reader thread ends with the process or at EOF."""
