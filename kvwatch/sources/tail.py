@@ -518,9 +518,7 @@ class LogFollower:
         stem = name.split(".", 1)[0]
         try:
             with os.scandir(directory) as it:
-                return [
-                    e for e in it if e.name not in (name, self._name) and (not stem or e.name.startswith(stem))
-                ]
+                return [e for e in it if e.name not in (name, self._name) and (not stem or e.name.startswith(stem))]
         except OSError:
             return []
 
