@@ -55,8 +55,11 @@ def main() -> None:
     base = _median_ms(lambda: list(text_string_to_metric_families(clean)), args.runs)
     print(f"scrape: {SCRAPE.name}, {len(clean):,} bytes, {len(lines):,} lines; median of {args.runs} runs")
     print(f"{'prometheus_client parser alone (baseline)':<48}{base:8.2f} ms   1.00x")
-    for label, text in (("parse_exposition, clean", clean), ("parse_exposition, pasted blockquote, no #", pasted),
-                        ("parse_exposition, one damaged line (fallback)", damaged)):
+    for label, text in (
+        ("parse_exposition, clean", clean),
+        ("parse_exposition, pasted blockquote, no #", pasted),
+        ("parse_exposition, one damaged line (fallback)", damaged),
+    ):
         ms = _median_ms(lambda text=text: parse_exposition(text), args.runs)
         print(f"{label:<48}{ms:8.2f} ms   {ms / base:4.2f}x")
     bench_scrape(args.runs)

@@ -108,8 +108,9 @@ def one_run(seconds: float, rate: float, use_watchdog: bool) -> dict[str, float 
         )
         time.sleep(1.0)  # let both start (imports) before the writer begins
         t0 = time.monotonic()
-        subprocess.run([*me, "--role", "writer", "--log", str(log), "--seconds", str(seconds), "--rate", str(rate)],
-                       check=True)
+        subprocess.run(
+            [*me, "--role", "writer", "--log", str(log), "--seconds", str(seconds), "--rate", str(rate)], check=True
+        )
         wall = time.monotonic() - t0
         out, _ = follow.communicate(timeout=seconds + 30)
         result: dict[str, float | str] = json.loads(out)
@@ -139,7 +140,9 @@ def main() -> None:
         return
     bare = subprocess.run(
         [sys.executable, "-c", "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     print(f"baseline: a bare Python interpreter peaks at {int(bare.stdout) / 1024:.1f} MiB RSS")
     for rate in (float(r) for r in args.rates.split(",")):

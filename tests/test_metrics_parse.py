@@ -30,8 +30,11 @@ from kvwatch.records import EngineSample, MetricsSnapshot
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL_INDEX = FIXTURES / "real" / "index.json"
 REAL_SCRAPES = sorted(
-    [*FIXTURES.glob("real/metrics/*.prom"), *FIXTURES.glob("vllm-cpu/metrics-*.prom"),
-     *FIXTURES.glob("vllm-cpu-seed/metrics-*.prom")]
+    [
+        *FIXTURES.glob("real/metrics/*.prom"),
+        *FIXTURES.glob("vllm-cpu/metrics-*.prom"),
+        *FIXTURES.glob("vllm-cpu-seed/metrics-*.prom"),
+    ]
 )
 V032_SCRAPE = FIXTURES / "vllm-cpu" / "metrics-03.prom"
 MISSING = object()
@@ -116,38 +119,64 @@ def test_seed_run_counts_every_preemption_from_metrics() -> None:
 # --------------------------------------------------------------------------------------------
 
 ALIAS_CASES = [
-    ("v1_kv_cache_usage_perc", 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n',
-     "kv_usage_ratio", 0.5),
+    ("v1_kv_cache_usage_perc", 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n', "kv_usage_ratio", 0.5),
     ("v0_gpu_cache_usage_perc", 'vllm:gpu_cache_usage_perc{model_name="m"} 0.25\n', "kv_usage_ratio", 0.25),
-    ("new_kv_name_wins_when_both_present_0_9_2_to_0_11",
-     'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.1\n'
-     'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.7\n',
-     "kv_usage_ratio", 0.7),
+    (
+        "new_kv_name_wins_when_both_present_0_9_2_to_0_11",
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.1\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.7\n',
+        "kv_usage_ratio",
+        0.7,
+    ),
     ("ray_vllm_prefix", 'ray_vllm:num_requests_running{engine="0",model_name="m"} 4\n', "running", 4.0),
     ("preemptions_with_total", 'vllm:num_preemptions_total{model_name="m"} 51\n', "preemptions_total", 51.0),
     ("preemptions_without_total_untyped", 'ray_vllm:num_preemptions{model_name="m"} 7\n', "preemptions_total", 7.0),
-    ("preemptions_declared_counter_without_total",
-     '# TYPE vllm:num_preemptions counter\nvllm:num_preemptions{model_name="m"} 9\n', "preemptions_total", 9.0),
-    ("old_gpu_prefix_cache_queries", 'vllm:gpu_prefix_cache_queries_total{model_name="m"} 300\n',
-     "prefix_cache_queries_total", 300.0),
-    ("old_gpu_prefix_cache_hits", 'vllm:gpu_prefix_cache_hits_total{model_name="m"} 30\n',
-     "prefix_cache_hits_total", 30.0),
-    ("new_prefix_name_wins",
-     'vllm:gpu_prefix_cache_hits_total{model_name="m"} 1\nvllm:prefix_cache_hits_total{model_name="m"} 2\n',
-     "prefix_cache_hits_total", 2.0),
-    ("waiting_by_reason_capacity",
-     'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 3\n'
-     'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 1\n',
-     "waiting_capacity", 3.0),
-    ("waiting_by_reason_deferred",
-     'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 3\n'
-     'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 1\n',
-     "waiting_deferred", 1.0),
+    (
+        "preemptions_declared_counter_without_total",
+        '# TYPE vllm:num_preemptions counter\nvllm:num_preemptions{model_name="m"} 9\n',
+        "preemptions_total",
+        9.0,
+    ),
+    (
+        "old_gpu_prefix_cache_queries",
+        'vllm:gpu_prefix_cache_queries_total{model_name="m"} 300\n',
+        "prefix_cache_queries_total",
+        300.0,
+    ),
+    (
+        "old_gpu_prefix_cache_hits",
+        'vllm:gpu_prefix_cache_hits_total{model_name="m"} 30\n',
+        "prefix_cache_hits_total",
+        30.0,
+    ),
+    (
+        "new_prefix_name_wins",
+        'vllm:gpu_prefix_cache_hits_total{model_name="m"} 1\nvllm:prefix_cache_hits_total{model_name="m"} 2\n',
+        "prefix_cache_hits_total",
+        2.0,
+    ),
+    (
+        "waiting_by_reason_capacity",
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 3\n'
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 1\n',
+        "waiting_capacity",
+        3.0,
+    ),
+    (
+        "waiting_by_reason_deferred",
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 3\n'
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 1\n',
+        "waiting_deferred",
+        1.0,
+    ),
     ("v0_swapped", 'vllm:num_requests_swapped{model_name="m"} 2\n', "swapped", 2.0),
-    ("vllm_prefix_wins_over_ray_for_one_engine",
-     'ray_vllm:num_requests_waiting{engine="0",model_name="m"} 8\n'
-     'vllm:num_requests_waiting{engine="0",model_name="m"} 5\n',
-     "waiting", 5.0),
+    (
+        "vllm_prefix_wins_over_ray_for_one_engine",
+        'ray_vllm:num_requests_waiting{engine="0",model_name="m"} 8\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 5\n',
+        "waiting",
+        5.0,
+    ),
 ]
 
 
@@ -192,8 +221,16 @@ def test_alias_rows_state_versions_and_reasons_and_tables_do_not_overlap() -> No
         ("vllm:some_future_metric", None),
         ("process_cpu_seconds_total", None),
     ],
-    ids=["gauge", "ray_counter_without_total", "histogram_bucket", "created_series", "histogram_named_total",
-         "ignored_latency", "unknown_vllm_name", "not_vllm"],
+    ids=[
+        "gauge",
+        "ray_counter_without_total",
+        "histogram_bucket",
+        "created_series",
+        "histogram_named_total",
+        "ignored_latency",
+        "unknown_vllm_name",
+        "not_vllm",
+    ],
 )
 def test_catalogue_status(name: str, status: str | None) -> None:
     assert catalogue_status(name) == status
@@ -208,17 +245,23 @@ def test_an_unknown_vllm_metric_is_reported_as_uncatalogued() -> None:
 # Engines
 # --------------------------------------------------------------------------------------------
 
-DP_SCRAPE = "".join(
-    f'vllm:kv_cache_usage_perc{{engine="{e}",model_name="m"}} {u}\n'
-    f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}\n'
-    for e, u, r in (("10", 0.3, 1), ("1", 0.9, 7), ("0", 0.2, 2))
-) + 'vllm:admission_rejections_total{model_name="m",reason="max_num_queued_reqs"} 0\n'
+DP_SCRAPE = (
+    "".join(
+        f'vllm:kv_cache_usage_perc{{engine="{e}",model_name="m"}} {u}\n'
+        f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}\n'
+        for e, u, r in (("10", 0.3, 1), ("1", 0.9, 7), ("0", 0.2, 2))
+    )
+    + 'vllm:admission_rejections_total{model_name="m",reason="max_num_queued_reqs"} 0\n'
+)
 
 
 def test_one_result_per_engine_sorted_by_engine_number_never_averaged() -> None:
     snap = parse_exposition(DP_SCRAPE)
     assert [(e.engine, e.kv_usage_ratio, e.running) for e in snap.engines] == [
-        ("0", 0.2, 2.0), ("1", 0.9, 7.0), ("10", 0.3, 1.0)]
+        ("0", 0.2, 2.0),
+        ("1", 0.9, 7.0),
+        ("10", 0.3, 1.0),
+    ]
 
 
 def test_api_server_series_without_engine_label_make_no_engine() -> None:
@@ -226,8 +269,7 @@ def test_api_server_series_without_engine_label_make_no_engine() -> None:
 
 
 def test_two_models_are_two_results() -> None:
-    text = ('vllm:num_requests_running{model_name="b"} 1\n'
-            'vllm:num_requests_running{model_name="a"} 2\n')
+    text = 'vllm:num_requests_running{model_name="b"} 1\nvllm:num_requests_running{model_name="a"} 2\n'
     assert sorted((e.model_name, e.running) for e in parse_exposition(text).engines) == [("a", 2.0), ("b", 1.0)]
 
 
@@ -236,8 +278,10 @@ def test_v0_scrape_without_engine_label_has_engine_none() -> None:
 
 
 def test_duplicate_series_of_one_engine_keep_the_first_and_say_so() -> None:
-    text = ('ray_vllm:num_requests_running{engine="0",model_name="m",ReplicaId="a"} 1\n'
-            'ray_vllm:num_requests_running{engine="0",model_name="m",ReplicaId="b"} 5\n')
+    text = (
+        'ray_vllm:num_requests_running{engine="0",model_name="m",ReplicaId="a"} 1\n'
+        'ray_vllm:num_requests_running{engine="0",model_name="m",ReplicaId="b"} 5\n'
+    )
     snap = parse_exposition(text)
     assert [e.running for e in snap.engines] == [1.0]
     assert any("ReplicaId" in example for example in snap.skipped_examples)
@@ -308,8 +352,18 @@ def test_request_num_preemptions_histogram_from_0_30() -> None:
 # --------------------------------------------------------------------------------------------
 
 LABEL_VALUES = [
-    ("None", None), ("True", True), ("False", False), ("16", 16), ("0.9", 0.9), ("2.0", 2.0),
-    ("1e-3", 0.001), ("auto", "auto"), ("[]", "[]"), ("fp8_e4m3", "fp8_e4m3"), ("nan", "nan"), ("", ""),
+    ("None", None),
+    ("True", True),
+    ("False", False),
+    ("16", 16),
+    ("0.9", 0.9),
+    ("2.0", 2.0),
+    ("1e-3", 0.001),
+    ("auto", "auto"),
+    ("[]", "[]"),
+    ("fp8_e4m3", "fp8_e4m3"),
+    ("nan", "nan"),
+    ("", ""),
 ]
 
 
@@ -321,8 +375,10 @@ def test_cache_config_labels_are_typed(raw: str, typed: object) -> None:
 
 
 def test_cache_config_per_engine_and_top_level_is_engine_zero() -> None:
-    text = ('vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="100"} 1.0\n'
-            'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="90"} 1.0\n')
+    text = (
+        'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="100"} 1.0\n'
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="90"} 1.0\n'
+    )
     snap = parse_exposition(text)
     assert snap.cache_config == {"block_size": 16, "num_gpu_blocks": 90}
     assert snap.cache_config_by_engine["1"]["num_gpu_blocks"] == 100
@@ -354,7 +410,7 @@ def _hard_wrap(width: int) -> Any:
     """A terminal's hard wrap: every line cut into pieces of ``width`` characters."""
 
     def wrap(text: str) -> str:
-        pieces = [line[i:i + width] for line in text.splitlines() for i in range(0, max(len(line), 1), width)]
+        pieces = [line[i : i + width] for line in text.splitlines() for i in range(0, max(len(line), 1), width)]
         return "\n".join(pieces) + "\n"
 
     return wrap
@@ -401,25 +457,31 @@ def test_a_truncated_last_line_is_skipped_and_the_rest_is_read() -> None:
 
 
 def test_skipped_examples_never_copy_request_content() -> None:
-    text = ("INFO 11-29 14:02:03 [logger.py:41] Received request cmpl-1: prompt: 'my secret plan', params\n"
-            'vllm:num_requests_running{model_name="m"} 1\n')
+    text = (
+        "INFO 11-29 14:02:03 [logger.py:41] Received request cmpl-1: prompt: 'my secret plan', params\n"
+        'vllm:num_requests_running{model_name="m"} 1\n'
+    )
     snap = parse_exposition(text)
     assert snap.skipped_lines == 1
     assert "secret" not in repr(snap)
 
 
 def test_curly_quotes_and_non_breaking_spaces_from_rich_text_copy_are_straightened() -> None:
-    text = ('vllm:num_requests_running{engine=\u201c0\u201d,model_name=\u201cm\u201d}\u00a03\n'
-            'vllm:num_requests_waiting{engine="0",model_name="m"} 4\n')
+    text = (
+        "vllm:num_requests_running{engine=\u201c0\u201d,model_name=\u201cm\u201d}\u00a03\n"
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 4\n'
+    )
     snap = parse_exposition(text)
     assert [(e.engine, e.model_name, e.running, e.waiting) for e in snap.engines] == [("0", "m", 3.0, 4.0)]
     assert snap.skipped_lines == 0
 
 
 def test_a_wrapped_line_is_not_glued_to_a_line_that_reads_on_its_own() -> None:
-    text = ('vllm:num_requests_running{engine="0",model_name="m"} 3\n'
-            'vllm:num_requests_waiting{engine="0",mo\n'
-            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n')
+    text = (
+        'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
+        'vllm:num_requests_waiting{engine="0",mo\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+    )
     snap = parse_exposition(text)
     assert (snap.engines[0].running, snap.engines[0].waiting, snap.engines[0].kv_usage_ratio) == (3.0, None, 0.5)
     assert snap.skipped_lines == 1

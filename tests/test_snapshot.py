@@ -25,9 +25,21 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REAL_INDEX = FIXTURES / "real" / "index.json"
 V032 = FIXTURES / "vllm-cpu" / "metrics-03.prom"
 CONTRACT_ENGINE_KEYS = {
-    "engine", "model_name", "running", "waiting", "waiting_capacity", "waiting_deferred", "swapped",
-    "kv_usage_ratio", "kv_usage_metric", "preemptions_total", "prefix_cache_queries_total",
-    "prefix_cache_hits_total", "prompt_tokens_total", "generation_tokens_total", "request_prompt_tokens",
+    "engine",
+    "model_name",
+    "running",
+    "waiting",
+    "waiting_capacity",
+    "waiting_deferred",
+    "swapped",
+    "kv_usage_ratio",
+    "kv_usage_metric",
+    "preemptions_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "request_prompt_tokens",
     "request_generation_tokens",
 }
 MISSING = object()
@@ -71,8 +83,9 @@ SNAPSHOT_ENTRIES = [e for e in json.loads(REAL_INDEX.read_text()) if e["command"
 
 
 @pytest.mark.parametrize("entry", SNAPSHOT_ENTRIES, ids=lambda e: Path(e["file"]).stem)
-def test_json_matches_the_hand_read_contract_expectations(entry: dict[str, Any],
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_matches_the_hand_read_contract_expectations(
+    entry: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     doc = snapshot_json(str(REAL_INDEX.parent / entry["file"]), capsys)
     assert doc["schema"] == "kvwatch.snapshot/1"
     for key, expected in entry["expect"].items():
@@ -113,8 +126,7 @@ def test_skipped_lines_are_reported_in_json(capsys: pytest.CaptureFixture[str]) 
     assert doc["skipped"]["examples"] == ["line 1: not an exposition line"]
 
 
-def test_dp_server_keeps_every_engine_and_each_cache_config(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_dp_server_keeps_every_engine_and_each_cache_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scrape = tmp_path / "dp.prom"
     scrape.write_text(
         'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.9\n'
@@ -144,8 +156,9 @@ def test_text_is_a_table_per_engine_with_the_numbers(capsys: pytest.CaptureFixtu
 
 
 def test_text_says_when_no_engine_has_samples_yet(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _err = run(["snapshot", str(FIXTURES / "real" / "metrics" / "103-v054-help-type-only-no-samples.prom")],
-                          capsys)
+    code, out, _err = run(
+        ["snapshot", str(FIXTURES / "real" / "metrics" / "103-v054-help-type-only-no-samples.prom")], capsys
+    )
     assert code == 0
     assert "0 engines" in out
 
@@ -237,10 +250,18 @@ BAD_INPUTS: list[tuple[str, Any, int, str]] = [
     ("empty_file", lambda d: _write(d / "empty.prom", b"\n\n"), 1, "empty"),
     ("binary_garbage", lambda d: _write(d / "x.bin", bytes(range(256)) * 40), 1, "binary"),
     ("damaged_gzip", lambda d: _write(d / "x.gz", b"\x1f\x8b\x08\x00garbage"), 1, "gzip"),
-    ("another_exporter", lambda d: _write(d / "node.prom", b"# TYPE node_load1 gauge\nnode_load1 0.3\n"), 1,
-     "no vLLM metrics"),
-    ("a_vllm_log_not_a_scrape",
-     lambda d: _write(d / "server.log", (FIXTURES / "vllm-cpu" / "server.log").read_bytes()), 1, "no vLLM metrics"),
+    (
+        "another_exporter",
+        lambda d: _write(d / "node.prom", b"# TYPE node_load1 gauge\nnode_load1 0.3\n"),
+        1,
+        "no vLLM metrics",
+    ),
+    (
+        "a_vllm_log_not_a_scrape",
+        lambda d: _write(d / "server.log", (FIXTURES / "vllm-cpu" / "server.log").read_bytes()),
+        1,
+        "no vLLM metrics",
+    ),
     ("unreachable_url", lambda d: _closed_port_url(), 2, "connection refused"),
 ]
 
@@ -265,8 +286,9 @@ def test_bad_input_is_one_line_with_the_contract_exit_code(
 
 
 @pytest.mark.parametrize(("status", "code"), [(500, 2), (404, 2), (200, 1)], ids=["http_500", "http_404", "html_200"])
-def test_a_url_that_answers_badly_is_one_line(endpoint: _Endpoint, status: int, code: int,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_url_that_answers_badly_is_one_line(
+    endpoint: _Endpoint, status: int, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     endpoint.status = status
     endpoint.body = b"<html>PRIVATE-PAGE-TEXT</html>\n"
     got, out, err = run(["snapshot", endpoint.url], capsys)
@@ -292,8 +314,13 @@ def test_never_copies_request_content_from_a_mixed_paste(tmp_path: Path, capsys:
 def test_installed_command_prints_no_traceback_for_garbage(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.prom"
     garbage.write_bytes(b"\x00\xff" * 500)
-    proc = subprocess.run([sys.executable, "-m", "kvwatch", "snapshot", str(garbage)], capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvwatch", "snapshot", str(garbage)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("kvwatch: error: ")

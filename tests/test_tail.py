@@ -129,9 +129,7 @@ def test_watchdog_starts_once_the_directory_appears(tmp_path: Path) -> None:
         "empty_lines_are_lines",
     ],
 )
-def test_line_shapes(
-    tmp_path: Path, follow: FollowerFactory, writes: list[bytes], expected: list[list[str]]
-) -> None:
+def test_line_shapes(tmp_path: Path, follow: FollowerFactory, writes: list[bytes], expected: list[list[str]]) -> None:
     log = tmp_path / "vllm.log"
     log.touch()
     follower = follow(log)

@@ -41,16 +41,21 @@ class OutputFormat(StrEnum):
 def snapshot(
     path_or_url: Annotated[
         str,
-        typer.Argument(metavar="PATH_OR_URL",
-                       help="A saved /metrics scrape (plain or .gz), - for stdin, or an http(s) URL."),
+        typer.Argument(
+            metavar="PATH_OR_URL", help="A saved /metrics scrape (plain or .gz), - for stdin, or an http(s) URL."
+        ),
     ],
     output_format: Annotated[
         OutputFormat, typer.Option("--format", help="text (a table per engine) or json (kvwatch.snapshot/1).")
     ] = OutputFormat.text,
     bearer_token: Annotated[
         str | None,
-        typer.Option("--bearer-token", envvar="KVWATCH_BEARER_TOKEN", show_default=False,
-                     help="For URLs: send 'Authorization: Bearer TOKEN' (or set KVWATCH_BEARER_TOKEN)."),
+        typer.Option(
+            "--bearer-token",
+            envvar="KVWATCH_BEARER_TOKEN",
+            show_default=False,
+            help="For URLs: send 'Authorization: Bearer TOKEN' (or set KVWATCH_BEARER_TOKEN).",
+        ),
     ] = None,
     insecure: Annotated[
         bool, typer.Option("--insecure", help="For https URLs: do not verify the server's TLS certificate.")
@@ -120,9 +125,14 @@ def _load_url(
     if not result.ok or not readings:
         error = result.error or f"GET {redact(url)}: failed"
         raise UnusableInput(error) if result.complete else UsageError(error)
-    return readings[-1], {"input": redact(url), "kind": "url", "bytes": result.body_bytes,
-                          "lines": readings[-1].lines, "status": result.status_code,
-                          "duration_seconds": round(result.duration_seconds, 4)}
+    return readings[-1], {
+        "input": redact(url),
+        "kind": "url",
+        "bytes": result.body_bytes,
+        "lines": readings[-1].lines,
+        "status": result.status_code,
+        "duration_seconds": round(result.duration_seconds, 4),
+    }
 
 
 def _read_file(name: str) -> bytes:
@@ -154,8 +164,10 @@ def _decode(data: bytes, name: str) -> str:
     head = data[:65536]
     text = data.decode("utf-8", errors="replace")
     if b"\x00" in head or text[:65536].count("\ufffd") > len(head) // 20:
-        raise UnusableInput(f"{name}: binary data, not a Prometheus text exposition; "
-                            "save vLLM's /metrics as text: curl http://HOST:8000/metrics > scrape.prom")
+        raise UnusableInput(
+            f"{name}: binary data, not a Prometheus text exposition; "
+            "save vLLM's /metrics as text: curl http://HOST:8000/metrics > scrape.prom"
+        )
     return text
 
 
@@ -164,11 +176,19 @@ def _decode(data: bytes, name: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 _ENGINE_NUMBERS = (
-    "running", "waiting", "waiting_capacity", "waiting_deferred", "swapped", "kv_usage_ratio",
+    "running",
+    "waiting",
+    "waiting_capacity",
+    "waiting_deferred",
+    "swapped",
+    "kv_usage_ratio",
 )
 _ENGINE_COUNTERS = (
-    "preemptions_total", "prefix_cache_queries_total", "prefix_cache_hits_total",
-    "prompt_tokens_total", "generation_tokens_total",
+    "preemptions_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
 )
 _ENGINE_HISTOGRAMS = ("request_prompt_tokens", "request_generation_tokens", "request_num_preemptions")
 
@@ -204,8 +224,12 @@ def histogram_document(h: HistogramSummary | None) -> dict[str, float | None] | 
     """``{count, sum, p50, p95}``, quantiles as Prometheus' histogram_quantile; null when absent."""
     if h is None:
         return None
-    return {"count": _number(h.count), "sum": _number(h.sum),
-            "p50": _number(h.quantile(0.5)), "p95": _number(h.quantile(0.95))}
+    return {
+        "count": _number(h.count),
+        "sum": _number(h.sum),
+        "p50": _number(h.quantile(0.5)),
+        "p95": _number(h.quantile(0.95)),
+    }
 
 
 def _number(value: float | None) -> float | None:
@@ -222,9 +246,18 @@ def _clean_config(config: dict[str, Any]) -> dict[str, Any]:
 # Text
 # --------------------------------------------------------------------------------------------
 
-_CONFIG_SHOWN = ("block_size", "num_gpu_blocks", "num_cpu_blocks", "kv_cache_size_tokens",
-                 "kv_cache_max_concurrency", "kv_cache_memory_bytes", "cache_dtype", "gpu_memory_utilization",
-                 "enable_prefix_caching", "sliding_window")
+_CONFIG_SHOWN = (
+    "block_size",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "kv_cache_size_tokens",
+    "kv_cache_max_concurrency",
+    "kv_cache_memory_bytes",
+    "cache_dtype",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "sliding_window",
+)
 
 
 def render_text(reading: ExpositionReading) -> str:
@@ -243,16 +276,21 @@ def render_text(reading: ExpositionReading) -> str:
         lines.append(f"skipped: {snap.skipped_lines} unreadable line{'s' if snap.skipped_lines != 1 else ''}")
         lines.extend(f"  {example}" for example in snap.skipped_examples)
     if reading.uncatalogued:
-        lines.append(f"not catalogued (new vLLM metrics?): {', '.join(reading.uncatalogued[:8])}"
-                     + (" ..." if len(reading.uncatalogued) > 8 else ""))
+        lines.append(
+            f"not catalogued (new vLLM metrics?): {', '.join(reading.uncatalogued[:8])}"
+            + (" ..." if len(reading.uncatalogued) > 8 else "")
+        )
     return "\n".join(lines)
 
 
 def _engine_rows(e: EngineSample) -> list[str]:
     title = f"engine {e.engine if e.engine is not None else '-'}   model {e.model_name or '-'}"
     waiting = _fmt(e.waiting)
-    reasons = [f"{label} {_fmt(v)}" for label, v in (("capacity", e.waiting_capacity),
-                                                      ("deferred", e.waiting_deferred)) if v is not None]
+    reasons = [
+        f"{label} {_fmt(v)}"
+        for label, v in (("capacity", e.waiting_capacity), ("deferred", e.waiting_deferred))
+        if v is not None
+    ]
     if reasons:
         waiting += f" ({', '.join(reasons)})"
     kv = "-" if e.kv_usage_ratio is None else f"{e.kv_usage_ratio * 100:.1f} %   ({e.kv_usage_metric})"
@@ -270,13 +308,21 @@ def _engine_rows(e: EngineSample) -> list[str]:
         ("per request", ""),
     ]
     out = [title] + [f"  {label:<14}{value}" for label, value in rows[:-1]]
-    hist_rows = [(label, h) for label, h in (("prompt tokens", e.request_prompt_tokens),
-                                             ("output tokens", e.request_generation_tokens),
-                                             ("preemptions", e.request_num_preemptions)) if h is not None]
+    hist_rows = [
+        (label, h)
+        for label, h in (
+            ("prompt tokens", e.request_prompt_tokens),
+            ("output tokens", e.request_generation_tokens),
+            ("preemptions", e.request_num_preemptions),
+        )
+        if h is not None
+    ]
     if hist_rows:
-        out.append("  per request   " + "   ".join(f"{label} p50 {_fmt(h.quantile(0.5))} p95 "
-                                                  f"{_fmt(h.quantile(0.95))}" for label, h in hist_rows)
-                   + f"   (over {_fmt(hist_rows[0][1].count)} requests)")
+        out.append(
+            "  per request   "
+            + "   ".join(f"{label} p50 {_fmt(h.quantile(0.5))} p95 {_fmt(h.quantile(0.95))}" for label, h in hist_rows)
+            + f"   (over {_fmt(hist_rows[0][1].count)} requests)"
+        )
     return out
 
 

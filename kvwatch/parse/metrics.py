@@ -32,9 +32,12 @@ from kvwatch.records import EngineSample, HistogramSummary, MetricsSnapshot
 PREFIXES: tuple[tuple[str, str], ...] = (
     # (prefix, why it exists). Every stem below is looked up under each prefix.
     ("vllm:", "vLLM's own /metrics (API server), every version"),
-    ("ray_vllm:", "vLLM run as a library under Ray Serve / Ray Data: vLLM's RayPrometheusStatLogger "
-                  "(vllm/v1/metrics/ray_wrappers.py, 0.8+) records into ray.util.metrics and Ray's "
-                  "exporter adds its 'ray_' prefix; older Ray exporters drop '_total' from counters"),
+    (
+        "ray_vllm:",
+        "vLLM run as a library under Ray Serve / Ray Data: vLLM's RayPrometheusStatLogger "
+        "(vllm/v1/metrics/ray_wrappers.py, 0.8+) records into ray.util.metrics and Ray's "
+        "exporter adds its 'ray_' prefix; older Ray exporters drop '_total' from counters",
+    ),
 )
 
 MetricKind = Literal["gauge", "counter", "histogram", "info"]
@@ -57,90 +60,194 @@ class MetricAlias:
 
 
 METRIC_ALIASES: tuple[MetricAlias, ...] = (
-    MetricAlias("running", ("num_requests_running",), "gauge",
-                "V0 0.4.1-0.10.2; V1 0.7.1+",
-                "requests in the running batch: the numerator of the seq_bound test"),
-    MetricAlias("waiting", ("num_requests_waiting",), "gauge",
-                "V0 0.4.1-0.10.2; V1 0.7.1+ (includes deferred requests from 0.20)",
-                "the queue: every saturation state starts from waiting > 0"),
-    MetricAlias("waiting_capacity", ("num_requests_waiting_by_reason",), "gauge",
-                "V1 0.20+, series with reason=\"capacity\"",
-                "only capacity waiting counts toward memory_bound (CONTRACTS.md, Saturation)"),
-    MetricAlias("waiting_deferred", ("num_requests_waiting_by_reason",), "gauge",
-                "V1 0.20+, series with reason=\"deferred\"",
-                "requests held back by LoRA budget / KV transfer: waiting, but not for KV memory"),
-    MetricAlias("swapped", ("num_requests_swapped",), "gauge",
-                "V0 0.4.1-0.8.0 (hidden 0.8.2-0.9.0, removed 0.9.1); never in V1",
-                "V0 swap preemption parks requests on the CPU: they hold no GPU KV"),
-    MetricAlias("kv_usage_ratio", ("kv_cache_usage_perc", "gpu_cache_usage_perc"), "gauge",
-                "kv_cache_usage_perc: V1 0.9.2+. gpu_cache_usage_perc: V0 0.4.1-0.10.2, V1 0.7.1-0.10.2 "
-                "(hidden 0.11, removed 0.12)",
-                "the KV pool fill 0..1; 0.9.2-0.11 expose both (same value), the new name wins"),
-    MetricAlias("preemptions_total", ("num_preemptions",), "counter",
-                "V0 0.4.3-0.10.2; V1 0.8.0+ (declared without _total from 0.9.0, exposed the same)",
-                "V1 logs no line per preemption: this counter is the only complete count"),
-    MetricAlias("prefix_cache_queries_total", ("prefix_cache_queries", "gpu_prefix_cache_queries"), "counter",
-                "prefix_cache_queries: V1 0.9.2+. gpu_prefix_cache_queries: V1 0.7.3-0.10.2 (hidden 0.11, "
-                "removed 0.12); its 0.7.x help text counts blocks, later tokens",
-                "with hits, the prefix-cache hit ratio (a ratio of the same unit either way)"),
-    MetricAlias("prefix_cache_hits_total", ("prefix_cache_hits", "gpu_prefix_cache_hits"), "counter",
-                "as prefix_cache_queries_total",
-                "see prefix_cache_queries_total"),
-    MetricAlias("prompt_tokens_total", ("prompt_tokens",), "counter",
-                "V0 0.4.1-0.10.2; V1 0.7.1+",
-                "prefill token throughput"),
-    MetricAlias("generation_tokens_total", ("generation_tokens",), "counter",
-                "V0 0.4.1-0.10.2; V1 0.7.1+",
-                "decode token throughput"),
-    MetricAlias("request_prompt_tokens", ("request_prompt_tokens",), "histogram",
-                "V0 0.4.3-0.10.2; V1 0.7.1+",
-                "per-request prompt length: half of the observed KV footprint of one request"),
-    MetricAlias("request_generation_tokens", ("request_generation_tokens",), "histogram",
-                "V0 0.4.3-0.10.2; V1 0.7.1+",
-                "per-request output length: the other half of the footprint"),
-    MetricAlias("request_num_preemptions", ("request_num_preemptions",), "histogram",
-                "V1 0.30+",
-                "how often one request was preempted (recompute cost per request)"),
-    MetricAlias("cache_config", ("cache_config_info",), "info",
-                "V0 0.4.1+ (an Info 'vllm:cache_config' until 0.5.5, same exposed name); V1 0.7.3+ with "
-                "an engine label, filled in after start-up from 0.9.0",
-                "block_size, num_gpu_blocks, kv_cache_size_tokens ...: the pool as vLLM sized it"),
+    MetricAlias(
+        "running",
+        ("num_requests_running",),
+        "gauge",
+        "V0 0.4.1-0.10.2; V1 0.7.1+",
+        "requests in the running batch: the numerator of the seq_bound test",
+    ),
+    MetricAlias(
+        "waiting",
+        ("num_requests_waiting",),
+        "gauge",
+        "V0 0.4.1-0.10.2; V1 0.7.1+ (includes deferred requests from 0.20)",
+        "the queue: every saturation state starts from waiting > 0",
+    ),
+    MetricAlias(
+        "waiting_capacity",
+        ("num_requests_waiting_by_reason",),
+        "gauge",
+        'V1 0.20+, series with reason="capacity"',
+        "only capacity waiting counts toward memory_bound (CONTRACTS.md, Saturation)",
+    ),
+    MetricAlias(
+        "waiting_deferred",
+        ("num_requests_waiting_by_reason",),
+        "gauge",
+        'V1 0.20+, series with reason="deferred"',
+        "requests held back by LoRA budget / KV transfer: waiting, but not for KV memory",
+    ),
+    MetricAlias(
+        "swapped",
+        ("num_requests_swapped",),
+        "gauge",
+        "V0 0.4.1-0.8.0 (hidden 0.8.2-0.9.0, removed 0.9.1); never in V1",
+        "V0 swap preemption parks requests on the CPU: they hold no GPU KV",
+    ),
+    MetricAlias(
+        "kv_usage_ratio",
+        ("kv_cache_usage_perc", "gpu_cache_usage_perc"),
+        "gauge",
+        "kv_cache_usage_perc: V1 0.9.2+. gpu_cache_usage_perc: V0 0.4.1-0.10.2, V1 0.7.1-0.10.2 "
+        "(hidden 0.11, removed 0.12)",
+        "the KV pool fill 0..1; 0.9.2-0.11 expose both (same value), the new name wins",
+    ),
+    MetricAlias(
+        "preemptions_total",
+        ("num_preemptions",),
+        "counter",
+        "V0 0.4.3-0.10.2; V1 0.8.0+ (declared without _total from 0.9.0, exposed the same)",
+        "V1 logs no line per preemption: this counter is the only complete count",
+    ),
+    MetricAlias(
+        "prefix_cache_queries_total",
+        ("prefix_cache_queries", "gpu_prefix_cache_queries"),
+        "counter",
+        "prefix_cache_queries: V1 0.9.2+. gpu_prefix_cache_queries: V1 0.7.3-0.10.2 (hidden 0.11, "
+        "removed 0.12); its 0.7.x help text counts blocks, later tokens",
+        "with hits, the prefix-cache hit ratio (a ratio of the same unit either way)",
+    ),
+    MetricAlias(
+        "prefix_cache_hits_total",
+        ("prefix_cache_hits", "gpu_prefix_cache_hits"),
+        "counter",
+        "as prefix_cache_queries_total",
+        "see prefix_cache_queries_total",
+    ),
+    MetricAlias(
+        "prompt_tokens_total", ("prompt_tokens",), "counter", "V0 0.4.1-0.10.2; V1 0.7.1+", "prefill token throughput"
+    ),
+    MetricAlias(
+        "generation_tokens_total",
+        ("generation_tokens",),
+        "counter",
+        "V0 0.4.1-0.10.2; V1 0.7.1+",
+        "decode token throughput",
+    ),
+    MetricAlias(
+        "request_prompt_tokens",
+        ("request_prompt_tokens",),
+        "histogram",
+        "V0 0.4.3-0.10.2; V1 0.7.1+",
+        "per-request prompt length: half of the observed KV footprint of one request",
+    ),
+    MetricAlias(
+        "request_generation_tokens",
+        ("request_generation_tokens",),
+        "histogram",
+        "V0 0.4.3-0.10.2; V1 0.7.1+",
+        "per-request output length: the other half of the footprint",
+    ),
+    MetricAlias(
+        "request_num_preemptions",
+        ("request_num_preemptions",),
+        "histogram",
+        "V1 0.30+",
+        "how often one request was preempted (recompute cost per request)",
+    ),
+    MetricAlias(
+        "cache_config",
+        ("cache_config_info",),
+        "info",
+        "V0 0.4.1+ (an Info 'vllm:cache_config' until 0.5.5, same exposed name); V1 0.7.3+ with "
+        "an engine label, filled in after start-up from 0.9.0",
+        "block_size, num_gpu_blocks, kv_cache_size_tokens ...: the pool as vLLM sized it",
+    ),
 )
 
 IGNORED_METRICS: tuple[tuple[tuple[str, ...], str], ...] = (
     # (stems, why kvwatch does not read them). A name in neither table is reported as uncatalogued.
     (("cpu_cache_usage_perc",), "V0 swap-space usage (0.4.1-0.9.0): not the KV pool; analyze reads it from logs"),
-    (("gpu_prefix_cache_hit_rate", "cpu_prefix_cache_hit_rate"),
-     "V0 0.5.5-0.9.0 rate gauges; hit ratios are derived from the query/hit counters instead"),
-    (("external_prefix_cache_queries", "external_prefix_cache_hits", "mm_cache_queries", "mm_cache_hits"),
-     "V1 0.11.1+ connector / multimodal caches: not the GPU KV pool"),
-    (("prompt_tokens_by_source", "prompt_tokens_cached", "prompt_tokens_cached_by_source",
-      "prompt_tokens_recomputed"),
-     "V1 0.16+ breakdowns of prompt_tokens; the total is read"),
-    (("iteration_tokens_total", "request_max_num_generation_tokens", "request_params_n",
-      "request_params_max_tokens", "request_params_best_of", "request_prefill_kv_computed_tokens"),
-     "batch and sampling-parameter histograms: not needed for KV capacity"),
-    (("time_to_first_token_seconds", "time_per_output_token_seconds", "inter_token_latency_seconds",
-      "request_time_per_output_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
-      "request_prefill_time_seconds", "request_decode_time_seconds", "request_inference_time_seconds"),
-     "latency histograms: vLLM's own dashboards plot them; kvwatch derives no series from them"),
+    (
+        ("gpu_prefix_cache_hit_rate", "cpu_prefix_cache_hit_rate"),
+        "V0 0.5.5-0.9.0 rate gauges; hit ratios are derived from the query/hit counters instead",
+    ),
+    (
+        ("external_prefix_cache_queries", "external_prefix_cache_hits", "mm_cache_queries", "mm_cache_hits"),
+        "V1 0.11.1+ connector / multimodal caches: not the GPU KV pool",
+    ),
+    (
+        (
+            "prompt_tokens_by_source",
+            "prompt_tokens_cached",
+            "prompt_tokens_cached_by_source",
+            "prompt_tokens_recomputed",
+        ),
+        "V1 0.16+ breakdowns of prompt_tokens; the total is read",
+    ),
+    (
+        (
+            "iteration_tokens_total",
+            "request_max_num_generation_tokens",
+            "request_params_n",
+            "request_params_max_tokens",
+            "request_params_best_of",
+            "request_prefill_kv_computed_tokens",
+        ),
+        "batch and sampling-parameter histograms: not needed for KV capacity",
+    ),
+    (
+        (
+            "time_to_first_token_seconds",
+            "time_per_output_token_seconds",
+            "inter_token_latency_seconds",
+            "request_time_per_output_token_seconds",
+            "e2e_request_latency_seconds",
+            "request_queue_time_seconds",
+            "request_prefill_time_seconds",
+            "request_decode_time_seconds",
+            "request_inference_time_seconds",
+        ),
+        "latency histograms: vLLM's own dashboards plot them; kvwatch derives no series from them",
+    ),
     (("request_success",), "finished requests by reason: throughput, not capacity"),
-    (("kv_block_lifetime_seconds", "kv_block_idle_before_evict_seconds", "kv_block_reuse_gap_seconds"),
-     "V1 0.12+ opt-in (--kv-cache-metrics) sampled block residency: not needed for fill or preemption"),
+    (
+        ("kv_block_lifetime_seconds", "kv_block_idle_before_evict_seconds", "kv_block_reuse_gap_seconds"),
+        "V1 0.12+ opt-in (--kv-cache-metrics) sampled block residency: not needed for fill or preemption",
+    ),
     (("num_requests_kv_fetch_by_stage",), "V1 0.32+ KV-consumer (disaggregated) fetch stages"),
     (("engine_sleep_state",), "V1 0.11.1+ sleep mode: not a capacity signal"),
     (("admission_rejections",), "API-server queue limits (no engine label): not a KV capacity signal"),
     (("corrupted_requests",), "V1 0.11.1+ NaN-logit requests (VLLM_COMPUTE_NANS_IN_LOGITS)"),
     (("lora_requests_info",), "LoRA adapter bookkeeping"),
-    (("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens",
-      "spec_decode_num_accepted_tokens_per_pos", "spec_decode_draft_acceptance_rate", "spec_decode_efficiency",
-      "spec_decode_num_emitted_tokens"),
-     "speculative decoding acceptance"),
-    (("estimated_flops_per_gpu", "estimated_read_bytes_per_gpu", "estimated_write_bytes_per_gpu"),
-     "V1 MFU estimates: compute, not KV capacity"),
-    (("avg_prompt_throughput_toks_per_s", "avg_generation_throughput_toks_per_s", "model_forward_time_milliseconds",
-      "model_execute_time_milliseconds", "time_in_queue_requests", "tokens"),
-     "V0-only throughput/timing series (0.4.1-0.9.0); the token counters are read instead"),
+    (
+        (
+            "spec_decode_num_drafts",
+            "spec_decode_num_draft_tokens",
+            "spec_decode_num_accepted_tokens",
+            "spec_decode_num_accepted_tokens_per_pos",
+            "spec_decode_draft_acceptance_rate",
+            "spec_decode_efficiency",
+            "spec_decode_num_emitted_tokens",
+        ),
+        "speculative decoding acceptance",
+    ),
+    (
+        ("estimated_flops_per_gpu", "estimated_read_bytes_per_gpu", "estimated_write_bytes_per_gpu"),
+        "V1 MFU estimates: compute, not KV capacity",
+    ),
+    (
+        (
+            "avg_prompt_throughput_toks_per_s",
+            "avg_generation_throughput_toks_per_s",
+            "model_forward_time_milliseconds",
+            "model_execute_time_milliseconds",
+            "time_in_queue_requests",
+            "tokens",
+        ),
+        "V0-only throughput/timing series (0.4.1-0.9.0); the token counters are read instead",
+    ),
 )
 
 _SERIES_SUFFIXES = ("_total", "_created", "_bucket", "_sum", "_count")
@@ -156,7 +263,7 @@ def split_prefix(name: str) -> tuple[str, str] | None:
     """``("vllm:", "num_requests_running")`` for a vLLM series name; None for anything else."""
     for prefix, _why in PREFIXES:
         if name.startswith(prefix):
-            return prefix, name[len(prefix):]
+            return prefix, name[len(prefix) :]
     return None
 
 
@@ -192,8 +299,9 @@ _METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _BLOCKQUOTE = re.compile(r"^(?:>\s?)+")  # GitHub/Markdown quote markers, possibly nested
 # "# HELP"/"# TYPE" rendered as a Markdown heading and copied back loses its "#" (or gains more):
 _BARE_META = re.compile(rf"^#*\s*(HELP|TYPE)\s+({_METRIC_NAME})(\s.*)?$")
-_TYPE_WORDS = frozenset({"counter", "gauge", "histogram", "summary", "untyped", "info", "stateset",
-                         "gaugehistogram", "unknown"})
+_TYPE_WORDS = frozenset(
+    {"counter", "gauge", "histogram", "summary", "untyped", "info", "stateset", "gaugehistogram", "unknown"}
+)
 _FENCE = re.compile(r"^(```|~~~)")
 _NAME_START = re.compile(rf"^({_METRIC_NAME})")
 _MAX_EXAMPLES = 5
@@ -373,8 +481,19 @@ def _parse_block(text: str) -> tuple[list[Sample], set[str]]:
     return samples, declared
 
 
-_TYPOGRAPHY = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2033": '"', "\u00a0": " ",
-                              "\u2009": " ", "\u202f": " ", "\u200b": None, "\u2060": None})
+_TYPOGRAPHY = str.maketrans(
+    {
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u201e": '"',
+        "\u2033": '"',
+        "\u00a0": " ",
+        "\u2009": " ",
+        "\u202f": " ",
+        "\u200b": None,
+        "\u2060": None,
+    }
+)
 _SAMPLE_START = re.compile(rf"^{_METRIC_NAME}(\{{|\s|$)")
 _MAX_WRAP_PIECES = 40  # a 1,500-character cache_config_info line wrapped at 40 columns
 
