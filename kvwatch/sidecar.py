@@ -309,7 +309,7 @@ def _model_named_in_log(facts: dict[str, object]) -> Architecture | None:
     HF cache or a readable path) and the log's own KV figures agree with it."""
     from kvwatch.reconcile import capacity
 
-    return capacity.model_from_log(capacity_doc(facts))
+    return capacity.model_from_log(capacity.nest_facts(facts))
 
 
 def expected_for(arch: Architecture | None, facts: dict[str, object], settings: WatchSettings) -> Expected | None:
@@ -349,7 +349,7 @@ def expected_for(arch: Architecture | None, facts: dict[str, object], settings: 
         facts_now = {**known, "capacity.kv_cache_tokens": int(pool_tokens), "requests.p95_tokens": int(request_tokens)}
         facts_now.pop("capacity.kv_cache_memory_gib", None)
         facts_now.pop("capacity.gpu_blocks", None)
-        dep = capacity.deployment_from_analysis(capacity_doc(facts_now), arch)
+        dep = capacity.deployment_from_analysis(capacity.nest_facts(facts_now), arch)
         try:
             rows = capacity.levers(arch, dep)
         except UsageError:
@@ -357,20 +357,6 @@ def expected_for(arch: Architecture | None, facts: dict[str, object], settings: 
         return {r.lever: r.max_concurrency for r in rows if r.max_concurrency is not None}
 
     return Expected(bytes_per_token=float(base.kv_bytes_per_token), pool_tokens_for=pool_tokens_for, whatif=whatif)
-
-
-def capacity_doc(facts: dict[str, object]) -> dict[str, object]:
-    """Dotted fact paths -> the nested analyze-document shape the capacity model reads."""
-    doc: dict[str, object] = {}
-    for key, value in facts.items():
-        node = doc
-        *parents, leaf = key.split(".")
-        for part in parents:
-            child = node.setdefault(part, {})
-            assert isinstance(child, dict)
-            node = child
-        node[leaf] = value
-    return doc
 
 
 def child_process(argv: list[str]) -> ChildProcess:

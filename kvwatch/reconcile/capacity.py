@@ -606,24 +606,27 @@ def _weights_lever(
     return _row(lever, est, base, note)
 
 
+# The levers of issue 3, in the order every table shows them.
+LEVERS = (
+    "fp8_kv_cache",
+    "int4_weights",
+    "fp8_weights",
+    "prefix_caching",
+    "gpu_memory_utilization_plus_0_05",
+    "tensor_parallel_x2",
+    "fewer_prompt_tokens",
+    "max_model_len_half",
+)
+
+
 def levers(arch: Architecture, dep: Deployment) -> list[LeverRow]:
     """One row per lever of issue 3, each applied alone to ``dep``."""
     base = estimate(arch, dep)
     rows: list[LeverRow] = []
     if base.pool_blocks is None:
-        names = (
-            "fp8_kv_cache",
-            "int4_weights",
-            "fp8_weights",
-            "prefix_caching",
-            "gpu_memory_utilization_plus_0_05",
-            "tensor_parallel_x2",
-            "fewer_prompt_tokens",
-            "max_model_len_half",
-        )
         return [
             _unknown(n, "needs a pool: --gpu-memory-gib, --kv-cache-gib, --kv-cache-tokens or --from-log")
-            for n in names
+            for n in LEVERS
         ]
     # Every lever starts from the same pool in bytes, so a measured pool in tokens moves correctly
     # when bytes/token change.
@@ -868,7 +871,8 @@ def levers_for_analysis(doc: Mapping[str, Any], arch: Architecture | None) -> li
     return [r.as_dict() for r in rows]
 
 
-def _nest(facts: Mapping[str, Any]) -> dict[str, Any]:
+def nest_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted fact paths (``"capacity.kv_cache_tokens": 40960``) -> the nested analyze-document shape."""
     doc: dict[str, Any] = {}
     for key, value in facts.items():
         node = doc
@@ -887,7 +891,7 @@ def expected_from_facts(arch: Architecture, facts: Mapping[str, Any], **override
     when the log states one (so observed/expected compares vLLM's block count with kvwatch's),
     else taken from the printed blocks/tokens. ``overrides`` replace Deployment fields (flags).
     """
-    doc = _nest(facts)
+    doc = nest_facts(facts)
     dep = deployment_from_analysis(doc, arch)
     gib = _num(doc, "capacity", "kv_cache_memory_gib")
     if _is_num(gib):

@@ -371,6 +371,7 @@ class LiveState:
         block_size = _num(self.facts.get("config.block_size")) or _num(self.cache_config.get("block_size"))
         mns = self.max_num_seqs()
         expected = self.expected()
+        ratios = sorted(self.reconcile_ratios().items())  # server-wide, computed once per render
         for eng in sorted(engines.values(), key=lambda e: e.engine):
             base = (("model_name", self._model_name(eng)), ("engine", eng.engine))
 
@@ -403,7 +404,7 @@ class LiveState:
                 if expected and expected.whatif:
                     for lever, value in sorted(expected.whatif(observed_pool, req["0.95"]).items()):
                         put("kvwatch_whatif_max_concurrency", value, (("lever", lever),))
-            for check, ratio in sorted(self.reconcile_ratios().items()):
+            for check, ratio in ratios:
                 put("kvwatch_reconcile_ratio", ratio, (("check", check),))
 
             running, waiting, kv_ratio = self._observed(eng, now)
