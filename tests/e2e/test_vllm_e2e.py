@@ -445,7 +445,13 @@ def test_preemptions_from_metrics_equal_vllm_counter(scenario: Scenario) -> None
 
 
 def test_state_changes_are_logged_once_each(scenario: Scenario) -> None:
-    """kvwatch's stderr has one line per state change (never one per record or scrape)."""
+    """kvwatch's stderr has one line per state change (never one per record or scrape).
+
+    The number of lines is not bounded by the number of polls: under this closed-loop load the
+    queue can empty for a second between admissions, and memory_bound correctly drops out then
+    (CONTRACTS.md "Saturation"), so one minute of load can hold ten genuine changes. What a
+    per-record logger cannot pass is the chain below: each line leaves the state the previous one
+    entered, and never "changes" into the state it is already in."""
     _kvwatch_up(scenario)
     changes = [m for m in map(STATE_LINE.search, scenario.kvwatch_stderr.splitlines()) if m]
     targets = [m["after"] for m in changes]
@@ -455,8 +461,10 @@ def test_state_changes_are_logged_once_each(scenario: Scenario) -> None:
         if previous["engine"] == current["engine"]:
             assert previous["after"] != current["after"], "two lines for one state change"
             assert current["before"] in (previous["after"], "start")
-    polls = len(scenario.under_load) + len(scenario.settle)
-    assert len(changes) < polls / 2, f"{len(changes)} state lines for {polls} polls: logged per record?"
+    # A per-observation logger writes at least one line per scrape (plus one per stats record).
+    watched = scenario.timings.get("load_and_drain", 0.0) + scenario.timings.get("settle", 0.0)
+    scrapes = watched / SCRAPE_INTERVAL
+    assert len(changes) < scrapes, f"{len(changes)} state lines in {scrapes:.0f} scrapes: logged per scrape?"
 
 
 def test_every_started_process_is_gone_and_ports_are_free(scenario: Scenario) -> None:
