@@ -7,7 +7,8 @@ Three local servers on 127.0.0.1, all started and stopped here:
 - ``kvwatch watch --replay server.log --speed X`` scraping that server;
 - ``prometheus`` (Debian's 2.42) scraping both every second with the rules loaded. The rules are
   generated from the same source as deploy/prometheus/kvwatch-rules.yaml with only the ``for``
-  durations shortened (the replay runs X times faster than the real 4-minute run).
+  durations and the memory-bound window shortened (the replay runs X times faster than the real
+  4-minute run).
 
 Then every dashboard panel query must return data at some point of the replay, and
 KvwatchMemoryBound and KvwatchPreemptionSpike must reach ``firing`` in /api/v1/alerts.
@@ -40,7 +41,7 @@ SPEED = 5.0  # the 264 s log replays in about 53 s; the memory-bound stretch (14
 DEADLINE_SECONDS = 150.0
 # The load (and metrics-00) started at 14:44:59 in the log, 33 s after its first timestamped line.
 LOAD_START_LOG_SECONDS = 33.0
-E2E_SETTINGS = {"memory_bound_for": "5s", "preemption_for": "5s"}
+E2E_SETTINGS = {"memory_bound_for": "5s", "memory_bound_window": "10s", "preemption_for": "5s"}
 MUST_FIRE = ("KvwatchMemoryBound", "KvwatchPreemptionSpike")
 
 
