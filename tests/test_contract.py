@@ -69,7 +69,11 @@ def failures_of(entry: dict[str, Any]) -> list[str]:
         check=False,  # exit 1 (no vLLM lines) still prints the document; the checks decide
     )
     assert "Traceback" not in proc.stderr, proc.stderr
-    doc = json.loads(proc.stdout)
+    return check_document(entry, json.loads(proc.stdout))
+
+
+def check_document(entry: dict[str, Any], doc: Any) -> list[str]:
+    """The checks of one index entry that the JSON document ``doc`` fails."""
     failed = []
     for key, expected in entry["expect"].items():
         if key == "errors.kinds_include":

@@ -382,6 +382,8 @@ def _plain_stats_row(text: str) -> StatsRow | None:
     m = P.PLAIN_STATS_LINE.search(text)
     if m is None or P.VLLM_HEADER.search(text, 0, m.start()) is not None:
         return None
+    if text.find(P.STATS_START, 0, m.start()) != -1:
+        return None  # a record before the match whose header colour codes hid it: glued records
     g = m.groups()
     first = text[:1]
     # RFC3339 and asctime stamps start with a digit or "[": skip two regex calls for the rest.
@@ -502,7 +504,12 @@ class LogParser:
             p_line, (p_text, p_start, p_ts), p_records = self._pending
             self._pending = None
             cleaned = clean(line)
-            if lineno == p_line + 1 and cleaned and not _CONTINUATION_BLOCKERS.match(cleaned):
+            if (
+                lineno == p_line + 1
+                and cleaned
+                and not _CONTINUATION_BLOCKERS.match(cleaned)
+                and P.VLLM_HEADER.search(cleaned) is None  # a record of its own behind a shipper prefix
+            ):
                 # The joined record replaces the partial one the first line produced.
                 joined = p_text + cleaned
                 out.extend(p_records[:-1])

@@ -1,0 +1,83 @@
+"""The real fixtures still meet their hand-read expectations when shipped another way.
+
+The same vLLM output reaches an operator through docker (``--timestamps``), kubectl (``--prefix``),
+stern, a colour terminal or a Windows editor. Each form below rewrites every real log of
+tests/fixtures/real the way that tool would, and every expectation of its index entry must still
+hold. The hidden logs kvwatch is checked against come through the same tools, so a reader that
+only knows the forms the fixtures happen to use fails here first.
+
+A terminal's hard wrap (fixture 026) happens after the shipper wrote its prefix, so a wrapped
+record's continuation line is left as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvwatch.reconcile.analysis import analyze_paths
+from tests.test_contract import ENTRIES, INDEX, check_document
+
+LOGS = [e for e in ENTRIES if e["command"] == "analyze"]
+LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
+
+
+def _docker(i: int, line: str) -> str:
+    return f"2026-11-29T14:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}456789Z {line}"
+
+
+def _kubectl(i: int, line: str) -> str:
+    return f"[pod/vllm-7d9f8-x2k4q/vllm] {line}"
+
+
+def _stern(i: int, line: str) -> str:
+    return f"vllm-7d9f8-x2k4q vllm {line}"
+
+
+def _colour(i: int, line: str) -> str:
+    return LEVEL.sub(lambda m: f"\x1b[32m{m.group(1)}\x1b[0m", line)
+
+
+FORMS: dict[str, tuple[Callable[[int, str], str], str]] = {
+    "docker-timestamps": (_docker, "\n"),
+    "kubectl-prefix": (_kubectl, "\n"),
+    "kubectl-prefix-and-timestamps": (lambda i, line: _kubectl(i, _docker(i, line)), "\n"),
+    "stern": (_stern, "\n"),
+    "colour-levels": (_colour, "\n"),
+    "crlf": (lambda i, line: line, "\r\n"),
+}
+
+
+HEADER = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
+
+
+def _wrapped_continuation(previous: str, line: str) -> bool:
+    """``line`` is the rest of a stats record hard-wrapped at the end of ``previous``."""
+    cut = "Avg prompt throughput" in previous and not previous.rstrip().rstrip(".").endswith("%")
+    return cut and not HEADER.search(line)
+
+
+def shipped(source: Path, form: str, out: Path) -> Path:
+    """``source`` rewritten as ``form`` would deliver it."""
+    rewrite, newline = FORMS[form]
+    lines = source.read_bytes().decode("utf-8", "surrogateescape").splitlines()
+    result = [
+        line if i and _wrapped_continuation(lines[i - 1], line) else rewrite(i, line) for i, line in enumerate(lines)
+    ]
+    out.write_bytes(newline.join(result).encode("utf-8", "surrogateescape") + newline.encode())
+    return out
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("entry", LOGS, ids=[Path(e["file"]).stem for e in LOGS])
+def test_real_log_meets_its_expectations_in_every_transport_form(
+    entry: dict[str, Any], form: str, tmp_path: Path
+) -> None:
+    path = shipped(INDEX.parent / entry["file"], form, tmp_path / Path(entry["file"]).name)
+    doc = json.loads(json.dumps(analyze_paths([str(path)])))
+    assert check_document(entry, doc) == []
