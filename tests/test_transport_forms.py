@@ -7,7 +7,8 @@ hold. The hidden logs kvwatch is checked against come through the same tools, so
 only knows the forms the fixtures happen to use fails here first.
 
 A terminal's hard wrap (fixture 026) happens after the shipper wrote its prefix, so a wrapped
-record's continuation line is left as it is.
+record's continuation line is left as it is; in a file the shipper writes itself (docker's
+json-file) there is no terminal, so the record is one line again.
 """
 
 from __future__ import annotations
@@ -43,7 +44,24 @@ def _colour(i: int, line: str) -> str:
     return LEVEL.sub(lambda m: f"\x1b[32m{m.group(1)}\x1b[0m", line)
 
 
+def _journald(i: int, line: str) -> str:
+    return f"Nov 29 14:{i // 60 % 60:02d}:{i % 60:02d} gpu-node-3 vllm[4711]: {line}"
+
+
+def _compose(i: int, line: str) -> str:
+    return f"vllm-1  | {line}"
+
+
+def _docker_json(i: int, line: str) -> str:
+    """A line of docker's json-file driver (/var/lib/docker/containers/*/*-json.log)."""
+    stamp = f"2026-11-29T14:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}456789Z"
+    return json.dumps({"log": line + "\n", "stream": "stdout", "time": stamp})
+
+
 FORMS: dict[str, tuple[Callable[[int, str], str], str]] = {
+    "journald": (_journald, "\n"),
+    "docker-compose": (_compose, "\n"),
+    "docker-json-file": (_docker_json, "\n"),
     "docker-timestamps": (_docker, "\n"),
     "kubectl-prefix": (_kubectl, "\n"),
     "kubectl-prefix-and-timestamps": (lambda i, line: _kubectl(i, _docker(i, line)), "\n"),
@@ -62,10 +80,26 @@ def _wrapped_continuation(previous: str, line: str) -> bool:
     return cut and not HEADER.search(line)
 
 
+# Files the shipper itself writes (no terminal in between): a hard-wrapped record is one line there.
+WRITTEN_BY_THE_SHIPPER = {"docker-json-file"}
+
+
+def _unwrapped(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        if i and _wrapped_continuation(lines[i - 1], line):
+            out[-1] += line
+        else:
+            out.append(line)
+    return out
+
+
 def shipped(source: Path, form: str, out: Path) -> Path:
     """``source`` rewritten as ``form`` would deliver it."""
     rewrite, newline = FORMS[form]
     lines = source.read_bytes().decode("utf-8", "surrogateescape").splitlines()
+    if form in WRITTEN_BY_THE_SHIPPER:
+        lines = _unwrapped(lines)
     result = [
         line if i and _wrapped_continuation(lines[i - 1], line) else rewrite(i, line) for i, line in enumerate(lines)
     ]
