@@ -1,4 +1,4 @@
-"""The real fixtures still meet their hand-read expectations when shipped another way.
+"""The real fixtures still meet their hand-read expectations when shipped or pasted another way.
 
 The same vLLM output reaches an operator through docker (``--timestamps``), kubectl (``--prefix``),
 stern, a colour terminal or a Windows editor. Each form below rewrites every real log of
@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kvwatch.commands.snapshot import load, snapshot_document
 from kvwatch.reconcile.analysis import analyze_paths
 from tests.test_contract import ENTRIES, INDEX, check_document
 
@@ -114,4 +115,33 @@ def test_real_log_meets_its_expectations_in_every_transport_form(
 ) -> None:
     path = shipped(INDEX.parent / entry["file"], form, tmp_path / Path(entry["file"]).name)
     doc = json.loads(json.dumps(analyze_paths([str(path)])))
+    assert check_document(entry, doc) == []
+
+
+# ------------------------------------------------------------------------------ /metrics pastes
+
+SCRAPES = [e for e in ENTRIES if e["command"] == "snapshot"]
+CURL_HEADERS = (
+    "HTTP/1.1 200 OK\ndate: Sun, 29 Nov 2026 14:00:00 GMT\nserver: uvicorn\n"
+    "content-type: text/plain; version=0.0.4; charset=utf-8\n\n"
+)
+SCRAPE_FORMS: dict[str, Callable[[str], str]] = {
+    "crlf": lambda text: text.replace("\n", "\r\n"),
+    "curl-include-headers": lambda text: CURL_HEADERS + text,  # curl -i
+    "blockquote": lambda text: "".join(f"> {line}\n" for line in text.splitlines()),
+    "indented-code-block": lambda text: "".join(f"    {line}\n" for line in text.splitlines()),
+    "shell-session": lambda text: f"$ curl -s localhost:8000/metrics\n{text}$ \n",
+}
+
+
+@pytest.mark.parametrize("form", SCRAPE_FORMS)
+@pytest.mark.parametrize("entry", SCRAPES, ids=[Path(e["file"]).stem for e in SCRAPES])
+def test_real_scrape_meets_its_expectations_however_it_was_pasted(
+    entry: dict[str, Any], form: str, tmp_path: Path
+) -> None:
+    source = (INDEX.parent / entry["file"]).read_text(encoding="utf-8")
+    path = tmp_path / Path(entry["file"]).name
+    path.write_text(SCRAPE_FORMS[form](source), encoding="utf-8")
+    reading, origin = load(str(path))
+    doc = json.loads(json.dumps(snapshot_document(reading, origin)))
     assert check_document(entry, doc) == []
