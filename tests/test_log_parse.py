@@ -7,6 +7,7 @@ test_contract.py and the golden files of test_analyze.py.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -423,6 +424,55 @@ STARTUP_CASES = [
         },
         id="pasted-vllm-serve-command",
     ),
+    pytest.param(
+        "VLLM_USE_V1=1 vllm serve neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8 --max-model-len 2048 "
+        "--gpu-memory-utilization 0.98",
+        {
+            "config.model": "neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8",
+            "config.max_seq_len": 2048,
+            "config.gpu_memory_utilization": 0.98,
+        },
+        id="v0.7-vllm-serve-behind-an-environment-assignment",
+    ),
+    pytest.param(
+        "2026-11-29T14:00:00.000456789Z CUDA_VISIBLE_DEVICES=0 vllm serve m --max-num-seqs 64",
+        {"config.model": "m", "config.max_num_seqs": 64},
+        id="vllm-serve-behind-env-assignment-and-a-shipper-stamp",
+    ),
+    pytest.param(
+        'CUDA_VISIBLE_DEVICES=0,1 python -m vllm.entrypoints.api_server --model="/cm/deepseek-coder-6.7b-instruct/" '
+        '--tensor-parallel-size=2 --trust-remote-code --dtype="float16"',
+        {
+            "config.model": "/cm/deepseek-coder-6.7b-instruct/",
+            "config.tensor_parallel_size": 2,
+            "config.dtype": "float16",
+        },
+        id="v0.4-demo-api-server-command",
+    ),
+    pytest.param(
+        json.dumps(
+            {
+                "log": "(APIServer pid=1) INFO 04-15 07:22:41 [utils.py:299]  \u2584\u2584 \u2584\u2588 \u2588     "
+                "\u2588     \u2588 \u2580\u2584\u2580 \u2588  version 0.19.1\n",
+                "stream": "stdout",
+                "time": "2026-04-15T07:22:41.123456789Z",
+            }
+        ),
+        {"config.vllm_version": "0.19.1"},
+        id="v0.19-logo-row-in-docker-json-file-with-escaped-blocks",
+    ),
+    pytest.param(
+        json.dumps(
+            {
+                "log": "INFO 11-29 14:00:01 [utils.py:328] non-default args: {'model': 'm', "
+                "'compilation_config': {\"level\": 3}, 'max_num_seqs': 8}\n",
+                "stream": "stdout",
+                "time": "2026-11-29T14:00:01Z",
+            }
+        ),
+        {"config.model": "m", "config.max_num_seqs": 8},
+        id="v0.9-non-default-args-in-docker-json-file",
+    ),
 ]
 
 
@@ -554,6 +604,15 @@ def test_engine_dead_followed_by_shutdown_lines_is_not_a_crash() -> None:
     assert not [r for r in out if isinstance(r, ErrorRecord)]
 
 
+def test_engine_dead_followed_by_uvicorn_shutting_down_is_a_crash() -> None:
+    # 0.20.2 (a real report): the API server stops uvicorn because its engine died; the stop follows the
+    # death, so it says nothing about a clean shutdown.
+    parser = LogParser()
+    lines = [V1_083, ENGINE_DEAD, "(APIServer pid=1) INFO:     Shutting down"]
+    out = [r for i, line in enumerate(lines, 1) for r in parser.feed_line(line, i)] + parser.finish()
+    assert [r.kind for r in out if isinstance(r, ErrorRecord)] == ["engine_dead"]
+
+
 def test_engine_dead_while_serving_is_a_crash() -> None:
     parser = LogParser()
     out = parser.feed_line(V1_083, 1) + parser.feed_line(ENGINE_DEAD, 2) + parser.finish()
@@ -595,6 +654,19 @@ def test_data_parallel_engine_cores_starting_side_by_side_are_one_run() -> None:
 def test_a_restart_that_crashed_before_serving_is_a_second_run() -> None:
     args = "(APIServer pid={p}) INFO 11-29 14:00:01 [utils.py:328] non-default args: {{'max_model_len': 32768}}"
     assert _runs([args.format(p=1), args.format(p=2), V1_083]) == 2
+
+
+def test_ray_workers_on_other_nodes_are_separate_processes_of_one_run() -> None:
+    # V0 0.6 multi-node TP under Ray: "(RayWorkerWrapper pid=N, ip=ADDR)"; each worker prints its weights.
+    weights = (
+        "(RayWorkerWrapper pid={p}, ip=10.0.0.{p}) INFO 12-15 07:41:22 model_runner.py:1077] "
+        "Loading model weights took 3.8761 GB"
+    )
+    blocks = (
+        "(LLMRayActor pid=9, ip=10.0.0.9) INFO 12-15 07:41:29 distributed_gpu_executor.py:57] "
+        "# GPU blocks: 5, # CPU blocks: 1"
+    )
+    assert _runs([weights.format(p=1), weights.format(p=2), weights.format(p=3), blocks]) == 1
 
 
 def test_startup_lines_going_back_in_phase_start_a_run() -> None:

@@ -18,6 +18,7 @@ Privacy: request content ("Received request ... prompt: '...'") is never parsed 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -40,9 +41,29 @@ __all__ = ["LineScan", "LogParser", "StatsRow", "clean", "parse_line", "scan_lin
 FactValue = str | int | float | bool | None
 
 
+def _docker_json_line(text: str) -> str:
+    """A line of docker's json-file driver read back as ``TIME LOG`` (what ``docker logs -t`` prints).
+
+    ``/var/lib/docker/containers/*/*-json.log`` holds ``{"log": "...\\n", "stream": ..., "time": ...}``
+    per line: the text is JSON-escaped there (quotes as ``\\"``, non-ASCII such as the 0.16+ logo's
+    blocks as ``\\u2588``), so it is decoded before any pattern looks at it.
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(doc, dict) or not isinstance(doc.get("log"), str):
+        return text
+    log: str = doc["log"].rstrip("\r\n")
+    stamp = doc.get("time")
+    return f"{stamp} {log}" if isinstance(stamp, str) else log
+
+
 def clean(text: str) -> str:
     """Drop line endings, ANSI codes and their ESC-less remnants, and paste backticks."""
     text = text.rstrip("\r\n")
+    if text.startswith('{"log":'):
+        text = _docker_json_line(text)
     if "\r" in text:  # tqdm redraws and CRLF continuation lines: keep what follows the last CR
         parts = [p for p in text.split("\r") if p.strip()]
         text = " ".join(parts)
@@ -275,6 +296,7 @@ class LineScan:
     process: str = ""
     ts: LogTime | None = None  # the time of the line's first record
     shutdown: bool = False
+    stop_signal: bool = False  # a shutdown marker that also judges an EngineDeadError before it
     # A trailing stats record cut short at the end of the line (hard wrap): (text, start, time)
     open_stats: tuple[str, int, LogTime | None] | None = None
 
@@ -316,6 +338,7 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
         return
     if P.SHUTDOWN.search(text):
         out.shutdown = True
+        out.stop_signal = out.stop_signal or P.SHUTDOWN_AFTER_DEATH.search(text) is not None
     for row in P.LINE_KINDS:
         if row.anchor not in text:
             continue
@@ -568,7 +591,7 @@ class LogParser:
     def _apply(self, scan: LineScan, lineno: int) -> LineScan:
         held: list[LogRecord] = []
         if self._dead is not None:
-            if scan.shutdown and lineno - self._dead.line <= SHUTDOWN_NEAR_LINES:
+            if scan.stop_signal and lineno - self._dead.line <= SHUTDOWN_NEAR_LINES:
                 self._dead = None  # a stop right after it: the death was the shutdown's doing
             elif lineno - self._dead.line > SHUTDOWN_NEAR_LINES or scan.kinds or scan.records:
                 held, self._dead = [self._dead], None

@@ -46,8 +46,11 @@ ASCTIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[ T:](\d\d):(\d\d):(\d\d(?:[.,]\
 
 # "(APIServer pid=2871) ", "(EngineCore_DP0 pid=3012) ", "(Worker_PP1 pid=578) " (0.8.3-0.30 stdout
 # wrapper, 0.31+ in the format) and Ray actors, nested: "(MapWorker(MapBatches(vLLMEngineStageUDF))
-# pid=20874) ", stacked: "(EngineCore pid=925) (RayWorkerProc pid=8272) ".
-PROCESS_PREFIX = re.compile(r"\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*?) pid=(\d+)\)\s?")
+# pid=20874) ", stacked: "(EngineCore pid=925) (RayWorkerProc pid=8272) ". Ray adds ", ip=ADDR" for an
+# actor on another node than the driver ("(RayWorkerWrapper pid=2149021, ip=10.124.70.173) ", V0
+# 0.4-0.10 multi-node TP; V1 "(inference_worker_task pid=6758, ip=10.128.0.88) "): the same pid
+# identifies the process, and without it every remote worker would look like one process.
+PROCESS_PREFIX = re.compile(r"\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*?) pid=(\d+)(?:, ip=[^\s()]+)?\)\s?")
 
 # Request content (Received request ... prompt: '...') is never parsed or copied (privacy).
 # "Received request" is vLLM's RequestLogger (0.4-0.33); "prompt:" / "prompt_token_ids:" also
@@ -57,6 +60,12 @@ REQUEST_MARKERS = ("Received request", "prompt:", "prompt_token_ids", "Prompt:")
 # A clean stop makes vLLM print errors that are not failures (0.8+: EngineDeadError from
 # the output handler after SIGINT/SIGTERM). These markers say a shutdown has begun.
 SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|Shutting down|received signal|SIGINT|SIGTERM|KeyboardInterrupt")
+# What still marks a stop when it comes AFTER an EngineDeadError: vLLM's own shutdown steps (0.30+
+# "[shutdown] ...") and signals. Not "Shutting down": uvicorn's "INFO:     Shutting down" and
+# vLLM's "Shutting down FastAPI HTTP server." (0.8+ launcher) also follow a crash, because the API
+# server stops itself once its engine is dead (seen in a real 0.20.2 report: EngineDeadError, the
+# request's 500, then uvicorn's "Shutting down").
+SHUTDOWN_AFTER_DEATH = re.compile(r"\[shutdown\]|shutdown triggered|received signal|SIGINT|SIGTERM|KeyboardInterrupt")
 
 # --------------------------------------------------------------------------------------------
 # Periodic stats records (vllm-formats.md §4)
@@ -147,8 +156,14 @@ ARGS_LINE = re.compile(r"(?:non-default args: \{|\bargs: Namespace\()")
 
 # A command line pasted with the log: "$ vllm serve MODEL --max-model-len 8192 ...", "vllm bench
 # throughput --model M", "python -m vllm.entrypoints.openai.api_server --model M" (0.4-0.33).
+# Environment assignments may come first ("VLLM_USE_V1=1 vllm serve ...", "CUDA_VISIBLE_DEVICES=0,1
+# python -m ..."); with one, the command is recognisable behind any prefix (a shipper's, a shell
+# trace's "+ "). The pre-OpenAI demo server "python -m vllm.entrypoints.api_server" (0.1-0.6) takes
+# the same engine flags.
+_ENV_ASSIGNMENT = r"[A-Z_][A-Z0-9_]*=\S*\s+"
 CLI_COMMAND = re.compile(
-    r"(?:^|[$#>]\s*)(?:vllm (?:serve|bench \w+)|python3? -m vllm\.entrypoints\.openai\.api_server)(?=\s|$)"
+    rf"(?:(?:^|[$#>]\s*)(?:{_ENV_ASSIGNMENT})*|(?:^|\s)(?:{_ENV_ASSIGNMENT})+)"
+    r"(?:vllm (?:serve|bench \w+)|python3? -m vllm\.entrypoints\.(?:openai\.)?api_server)(?=\s|$)"
 )
 CLI_POSITIONAL_MODEL = re.compile(r"^\s+([^-\s]\S*)")  # "vllm serve MODEL" (0.5.5+)
 CLI_FLAG = re.compile(r"\s(?:--([a-z][a-z0-9-]*)|-(tp|pp|dp|q))(?:[= ](?!-)(\S+))?")

@@ -1,0 +1,54 @@
+"""More real vLLM logs, beyond the shared contract set: each still meets its hand-read expectations.
+
+tests/fixtures/real-extra holds logs that vLLM users pasted into public issues and PRs (provenance
+in its README.md and index.json, same schema as tests/fixtures/real/index.json), chosen for what the
+shared set lacks: V0 inside 0.8's bracket header, TorchServe and markdown-list wrappers, Ray's
+``pid=N, ip=ADDR`` prefix, a command line behind environment assignments, the pre-OpenAI demo server,
+an engine death followed by uvicorn's own "Shutting down", V1 scheduler preemption/resume lines. The
+checks are ``tests.test_contract.check_document`` run in process, as written and in every transport
+form of tests/test_transport_forms.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvwatch.reconcile.analysis import analyze_paths
+from tests.test_contract import check_document
+from tests.test_transport_forms import FORMS, shipped
+
+INDEX = Path(__file__).parent / "fixtures" / "real-extra" / "index.json"
+ENTRIES: list[dict[str, Any]] = json.loads(INDEX.read_text())
+IDS = [Path(e["file"]).stem for e in ENTRIES]
+
+
+def _document(path: Path) -> Any:
+    return json.loads(json.dumps(analyze_paths([str(path)])))
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_extra_real_log_meets_every_hand_read_expectation(entry: dict[str, Any]) -> None:
+    assert check_document(entry, _document(INDEX.parent / entry["file"])) == []
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_extra_real_log_meets_its_expectations_in_every_transport_form(
+    entry: dict[str, Any], form: str, tmp_path: Path
+) -> None:
+    path = shipped(INDEX.parent / entry["file"], form, tmp_path / Path(entry["file"]).name)
+    assert check_document(entry, _document(path)) == []
+
+
+def test_every_extra_entry_has_provenance_and_uses_the_contract_schema() -> None:
+    keys = {"file", "source_url", "vllm_version", "engine", "command", "expect", "notes"}
+    for entry in ENTRIES:
+        assert set(entry) == keys
+        assert entry["source_url"].startswith("https://github.com/")
+        assert entry["command"] == "analyze"
+        assert entry["expect"]
+        assert (INDEX.parent / entry["file"]).is_file()
