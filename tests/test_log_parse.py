@@ -425,6 +425,36 @@ STARTUP_CASES = [
         id="pasted-vllm-serve-command",
     ),
     pytest.param(
+        "(EngineCore pid=3012) INFO 11-29 14:01:03 [kv_cache_utils.py:1146] GPU + host KV cache size: 491,520 tokens, "
+        "Maximum concurrency for 131,072 tokens per request: 3.75x",
+        {"capacity.device": "gpu", "capacity.kv_cache_tokens": 491520, "capacity.max_concurrency.ratio": 3.75},
+        id="v0.33-hisparse-gpu-plus-host-kv-cache-size",
+    ),
+    pytest.param(
+        "INFO 03-05 10:00:00 [executor_base.py:113] # rocm blocks: 95442, # CPU blocks: 4096",
+        {"capacity.device": "gpu", "capacity.gpu_blocks": 95442, "capacity.cpu_blocks": 4096},
+        id="v0.8-v0-rocm-blocks-named-by-device-name",
+    ),
+    pytest.param(
+        "INFO 11-30 09:49:17 llm_engine.py:72] Initializing an LLM engine with config: model='/m/vicuna-7b/', "
+        "tokenizer='/m/vicuna-7b/', tokenizer_mode=auto, revision=None, tokenizer_revision=None, "
+        "trust_remote_code=False, dtype=torch.float16, max_seq_len=4096, download_dir=None, load_format=auto, "
+        "tensor_parallel_size=2, quantization=None, seed=0)",
+        {
+            "config.model": "/m/vicuna-7b/",
+            "config.dtype": "torch.float16",
+            "config.max_seq_len": 4096,
+            "config.tensor_parallel_size": 2,
+        },
+        id="v0.2-config-dump-without-version",
+    ),
+    pytest.param(
+        "INFO 02-10 17:12:31 llm_engine.py:234] Initializing a V0 LLM engine (v0.6.4.post2.dev395+g02222a02) with "
+        "config: model='m', max_seq_len=2048, kv_cache_dtype=auto,  device_config=cuda:1, seed=0",
+        {"config.vllm_version": "0.6.4.post2.dev395+g02222a02", "capacity.device": "gpu"},
+        id="v0.6.4-config-dump-device-with-index",
+    ),
+    pytest.param(
         "VLLM_USE_V1=1 vllm serve neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8 --max-model-len 2048 "
         "--gpu-memory-utilization 0.98",
         {
@@ -562,6 +592,24 @@ ERROR_CASES = [
 
 ERROR_CASES += [
     pytest.param(
+        "(EngineCore_0 pid=1) ERROR 09-03 11:03:37 [core.py:712] ValueError: Free memory on device (7.34/139.72 GiB) "
+        "on startup is less than desired GPU memory utilization (0.9, 125.75 GiB). Decrease GPU memory utilization "
+        "or reduce GPU memory used by other processes.",
+        "startup_memory",
+        id="v0.10-free-memory-on-startup-without-device-name",
+    ),
+    pytest.param(
+        "(EngineCore_DP0 pid=9817) torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.08 GiB. GPU 0 has a "
+        "total capacity of 62.47 GiB of which 769.28 MiB is free.",
+        "oom",
+        id="rocm-torch-runtime-oom-says-hip",
+    ),
+    pytest.param(
+        "(EngineCore_DP0 pid=559) ERROR 10-20 03:20:50 [core.py:720] EngineCore encountered a fatal error.",
+        "engine_dead",
+        id="v0.8-enginecore-fatal-error",
+    ),
+    pytest.param(
         "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core "
         "proc(s): {}",
         "other",
@@ -611,6 +659,22 @@ def test_engine_dead_followed_by_uvicorn_shutting_down_is_a_crash() -> None:
     lines = [V1_083, ENGINE_DEAD, "(APIServer pid=1) INFO:     Shutting down"]
     out = [r for i, line in enumerate(lines, 1) for r in parser.feed_line(line, i)] + parser.finish()
     assert [r.kind for r in out if isinstance(r, ErrorRecord)] == ["engine_dead"]
+
+
+def test_enginecore_fatal_error_is_a_crash_even_with_shutdown_lines_around() -> None:
+    fatal = "(EngineCore_DP0 pid=5) ERROR 10-20 03:20:50 [core.py:720] EngineCore encountered a fatal error."
+    stopped = "(APIServer pid=1) INFO 11-29 14:48:34 [launcher.py:279] [shutdown] API server: engine client stopped"
+    parser = LogParser()
+    lines = [V1_083, fatal, stopped]
+    out = [r for i, line in enumerate(lines, 1) for r in parser.feed_line(line, i)] + parser.finish()
+    assert [r.kind for r in out if isinstance(r, ErrorRecord)] == ["engine_dead"]
+
+
+def test_header_with_markdown_escaped_bracket_still_gives_the_time() -> None:
+    # v0.10-0.11 lines pasted on GitHub: "[loggers.py:118[] " (the renderer escaped the "]").
+    (rec,) = _stats(V1_083.replace("[loggers.py:116] ", "[loggers.py:116[] "))
+    assert rec.ts is not None
+    assert (rec.ts.hour, rec.ts.minute, rec.engine) == (14, 5, 0)
 
 
 def test_engine_dead_while_serving_is_a_crash() -> None:

@@ -128,7 +128,8 @@ def _num(raw: str) -> int | float:
 
 def _device(word: str) -> str:
     word = word.split(maxsplit=1)[0].lower()
-    return "gpu" if word in ("gpu", "cuda") else word
+    # ROCm's device_name is "rocm" (V0 "# rocm blocks", 0.7.3-0.10.2); it is a GPU, as 0.30+ says too.
+    return "gpu" if word in ("gpu", "cuda", "rocm") else word
 
 
 _STRING_FIELDS = frozenset(
@@ -145,7 +146,9 @@ _STRING_FIELDS = frozenset(
 
 def _fact_value(field_name: str, raw: str) -> FactValue:
     if field_name == "capacity.device":
-        return _device(raw) if raw.isalpha() else None
+        # "GPU + host KV cache size" (0.33 with hisparse) names the device first
+        word = raw.split(maxsplit=1)[0] if raw.strip() else ""
+        return _device(word) if word.isalpha() else None
     if field_name in _STRING_FIELDS:
         return raw
     try:
@@ -172,7 +175,9 @@ def _arg_value(field_name: str, raw: str) -> FactValue:
     if raw in ("True", "False"):
         return raw == "True"
     if field_name == "capacity.device":
-        return _device(raw) if raw.isalpha() else None
+        # "device_config=cuda:1" (a config dump naming the device index, 0.6.x V0 reports)
+        word = raw.split(":", 1)[0]
+        return _device(word) if word.isalpha() else None
     if field_name in _STRING_FIELDS:
         return raw
     try:
@@ -641,7 +646,7 @@ class LogParser:
                 self._stats_in_run = True
                 self._any_content = True
                 self._shutting_down = False
-            elif isinstance(rec, ErrorRecord) and rec.kind == "engine_dead":
+            elif isinstance(rec, ErrorRecord) and rec.kind == "engine_dead" and P.ENGINE_DEAD_ON_STOP in rec.message:
                 if not self._shutting_down:
                     # Judged by what follows: shutdown lines just after it make it noise too.
                     if self._dead is not None:

@@ -31,9 +31,11 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\[[0-9;]*m(?=\S|$)")
 # vLLM's own header: "LEVEL MM-DD HH:MM:SS file.py:LINE] " (0.4-0.7) and "[file.py:LINE] " (0.8+;
 # 0.11.1+ %(fileinfo)s may be a relative path). Searched anywhere: records glued onto one physical
 # line (no newline between them) each carry their own header.
+# A markdown paste can turn the closing "]" into "[]" ("[core.py:720[] ", seen in real 0.10-0.11 reports
+# on GitHub, where the renderer escaped it).
 VLLM_HEADER = re.compile(
     r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d(?:[.,]\d+)?) "
-    r"\[?[^\s\[\]]+:\d+\] ?"
+    r"\[?[^\s\[\]]+:\d+\[?\] ?"
 )
 
 # docker --timestamps / kubectl logs --timestamps put an RFC3339 stamp first; it has a year and a zone.
@@ -149,8 +151,10 @@ ARG_VALUE = r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|[^,)}\s]+)"
 ARG_KEY = re.compile(r"(?:^|[,({:]\s*)'?(" + "|".join(ARG_FIELDS) + r")'?(?:=|: )" + ARG_VALUE)
 
 # "Initializing an LLM engine (v0.6.3) with config: ..." (V0 0.4.1-0.7.0, V1 0.6.4-0.7.0),
-# "Initializing a V0/V1 LLM engine (vX) with config: ..." (0.7.1+).
-CONFIG_DUMP = re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v([^)\s]+)\) with config: ")
+# "Initializing a V0/V1 LLM engine (vX) with config: ..." (0.7.1+), and before 0.4 (0.2.x-0.3.x,
+# llm_engine.py:72 in a real Nov 2023 report) "Initializing an LLM engine with config: ..." with no
+# version: the same keys (model, dtype, max_seq_len, tensor_parallel_size) follow.
+CONFIG_DUMP = re.compile(r"Initializing an? (?:V[01] )?LLM engine (?:\(v([^)\s]+)\) )?with config: ")
 # "args: Namespace(...)" (0.4.3-0.8.5) and "non-default args: {...}" (0.9+).
 ARGS_LINE = re.compile(r"(?:non-default args: \{|\bargs: Namespace\()")
 
@@ -403,9 +407,11 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "blocks",
         "blocks: ",
-        r"(?:#\s*)?(GPU|CUDA|cuda|[a-z]pu|XPU|HPU|TPU|NPU|neuron) blocks: (\d+)(?:,\s*#?\s*CPU blocks: (\d+))?",
+        r"(?:#\s*)?(GPU|CUDA|cuda|rocm|[a-z]pu|XPU|HPU|TPU|NPU|neuron|openvino) blocks: (\d+)"
+        r"(?:,\s*#?\s*CPU blocks: (\d+))?",
         "'# GPU blocks' 0.4.1-0.6.6 (V1 0.6.4-0.7.3 without the CPU part), '# CUDA blocks' 0.7.0, "
-        "'# cuda blocks' 0.7.3-0.10.2; the '#' is lost in some pastes",
+        "'# cuda blocks' 0.7.3-0.10.2, where the word is the platform's device_name: 'rocm' on AMD GPUs, "
+        "'cpu', 'xpu', 'hpu', 'tpu', 'neuron', 'openvino'; the '#' is lost in some pastes",
         "the pool in blocks (V0's only statement of it)",
         fields=("capacity.device", "capacity.gpu_blocks", "capacity.cpu_blocks"),
         phase=5,
@@ -492,10 +498,12 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "startup_memory",
         "memory on device",
-        r"Free memory on device \S+ \([\d.]+/[\d.]+ GiB\) on startup is less than desired GPU memory "
-        r"utilization \([\d.]+, [\d.]+ GiB\)",
-        "0.9.1-0.33 (V1)",
-        "another process holds the device memory vLLM was told to use",
+        r"Free memory on device (?:\S+ )?\([\d.]+/[\d.]+ GiB\) on startup is less than desired GPU memory "
+        r"utilization \(" + _DEC + r", [\d.]+ GiB\)",
+        "0.9.1-0.33 (V1); no device name before the parenthesis until 0.10.x ('Free memory on device "
+        "(7.34/139.72 GiB)', real 0.9-0.10 reports), 'cuda:0' later",
+        "another process holds the device memory vLLM was told to use; it states the utilization asked for",
+        fields=("config.gpu_memory_utilization",),
         error="startup_memory",
     ),
     _row(
@@ -525,8 +533,9 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "torch_oom",
         "out of memory",
-        r"(?:OutOfMemoryError: )?CUDA out of memory\. Tried to allocate [\d.]+ [GM]iB",
-        "all versions (PyTorch's own error)",
+        r"(?:OutOfMemoryError: )?(?:CUDA|HIP|XPU|NPU) out of memory\. Tried to allocate [\d.]+ [KGM]iB",
+        "all versions (PyTorch's own error; 'HIP' on ROCm builds, seen in real MI300/Strix Halo reports, "
+        "'XPU' on Intel, 'NPU' on Ascend)",
         "a runtime allocation failed",
         error="oom",
     ),
@@ -562,7 +571,20 @@ LINE_KINDS: tuple[LineKind, ...] = (
         "the engine process died; after a clean SIGINT/SIGTERM this is shutdown noise, not a crash",
         error="engine_dead",
     ),
+    _row(
+        "engine_fatal",
+        "fatal error",
+        r"EngineCore encountered a fatal error\.",
+        "0.8-0.33 (V1, EngineCore; logged only for an exception, never on SIGINT/SIGTERM)",
+        "the engine process itself says it died, before the API server's EngineDeadError (which a paste or"
+        " a crash that kills the API server may not hold)",
+        error="engine_dead",
+    ),
 )
+
+# The engine_dead message a clean stop also provokes (the output handler after SIGINT/SIGTERM); the
+# EngineCore's own "fatal error" is never shutdown noise.
+ENGINE_DEAD_ON_STOP = "EngineDeadError"
 
 # The one literal the big middle of a large log is scanned for everywhere (a pass over the bytes
 # costs about as much as grep's whole job): every stats record has "KV cache usage", V0's prefix
@@ -596,6 +618,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"max_num_batched_tokens",
     b"max model len",
     b"EngineDead",
+    b"fatal error",  # "EngineCore encountered a fatal error."
     b"initialization failed",
     b"failed to start",
     b"hutdown",  # "[shutdown]", "Shutting down" is "Shutting": see below
