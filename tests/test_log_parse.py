@@ -425,6 +425,16 @@ STARTUP_CASES = [
         id="pasted-vllm-serve-command",
     ),
     pytest.param(
+        "(RayWorkerProc pid=29271) (Worker pid=29271) INFO 08-19 18:00:26 [gpu_worker.py:857] Free memory on device "
+        "(78.66/79.18 GiB) on startup. Desired GPU memory utilization is (0.9, 71.26 GiB). Actual usage is 15.31 GiB "
+        "for weight, 1.29 GiB for peak activation, 0.22 GiB for non-torch memory, and 1.0 GiB for CUDAGraph memory. "
+        "Replace gpu_memory_utilization config with `--kv-cache-memory=57229567898` (53.3 GiB) to fit into requested "
+        "memory, or `--kv-cache-memory=65178914304` (60.7 GiB) to fully utilize gpu memory. Current kv cache memory "
+        "in use is 54.45 GiB.",
+        {"config.gpu_memory_utilization": 0.9, "capacity.kv_cache_memory_gib": 54.45},
+        id="v0.2x-free-memory-summary-after-graph-capture",
+    ),
+    pytest.param(
         "(EngineCore pid=3012) INFO 11-29 14:01:03 [kv_cache_utils.py:1146] GPU + host KV cache size: 491,520 tokens, "
         "Maximum concurrency for 131,072 tokens per request: 3.75x",
         {"capacity.device": "gpu", "capacity.kv_cache_tokens": 491520, "capacity.max_concurrency.ratio": 3.75},

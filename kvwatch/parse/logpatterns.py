@@ -377,6 +377,25 @@ LINE_KINDS: tuple[LineKind, ...] = (
         phase=4,
     ),
     _row(
+        "memory_summary_util",
+        "Desired GPU memory utilization is",
+        r"on startup\. Desired GPU memory utilization is \(" + _DEC + r", [\d.]+ GiB\)",
+        "0.11-0.33 (V1 gpu_worker.py, INFO after graph capture: 'Free memory on device (78.66/79.18 GiB) on "
+        "startup. Desired GPU memory utilization is (0.9, 71.26 GiB). ...'; many real 0.11-0.3x logs)",
+        "the gpu_memory_utilization in effect, in logs whose args line is cut or absent",
+        fields=("config.gpu_memory_utilization",),
+        phase=4,
+    ),
+    _row(
+        "memory_summary_kv",
+        "kv cache memory in use",
+        r"Current kv cache memory in use is " + _DEC + r" ?GiB",
+        "0.11.1-0.33 (V1, the same summary line; 0.11.0 printed bytes, next to 'Available KV cache memory')",
+        "the memory the KV pool holds, once per worker",
+        fields=("capacity.kv_cache_memory_gib",),
+        phase=4,
+    ),
+    _row(
         "kv_memory_bytes",
         "kv_cache_memory_bytes",
         r"reserved " + _DEC + r" ?GiB memory for KV Cache as specified by kv_cache_memory_bytes",
