@@ -181,6 +181,16 @@ def test_next_record_with_its_own_prefix_is_not_taken_as_a_continuation() -> Non
     assert [r.line for r in out] == [1, 2]
 
 
+def test_records_in_markdown_table_rows_are_not_joined_as_a_hard_wrap() -> None:
+    # V0 records pasted as cells of a markdown table (a real vllm-ascend report): each row ends in
+    # "%.  |", which looks cut, but the next row holds a record of its own.
+    rows = [f"| model-{i} | 19% | {V0_063[V0_063.index('Avg prompt') :]}  |" for i in (1, 2)]
+    rows[1] = rows[1].replace("Running: 48 reqs", "Running: 7 reqs")
+    parser = LogParser()
+    out = [r for i, row in enumerate(rows, 1) for r in parser.feed_line(row, i)] + parser.finish()
+    assert [r.running for r in out if isinstance(r, StatsRecord)] == [48, 7]
+
+
 def test_cut_stats_record_at_end_of_log_still_counts() -> None:
     parser = LogParser()
     out = parser.feed_line(V1_083[:120], 1) + parser.finish()

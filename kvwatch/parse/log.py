@@ -537,6 +537,9 @@ class LogParser:
                 and cleaned
                 and not _CONTINUATION_BLOCKERS.match(cleaned)
                 and P.VLLM_HEADER.search(cleaned) is None  # a record of its own behind a shipper prefix
+                # A record's rest never starts another one: records pasted into a markdown table end
+                # in "%.  |" and look cut, but the next row is a record of its own (real 0.x report).
+                and P.STATS_START not in cleaned
             ):
                 # The joined record replaces the partial one the first line produced.
                 joined = p_text + cleaned
