@@ -181,6 +181,17 @@ def test_next_record_with_its_own_prefix_is_not_taken_as_a_continuation() -> Non
     assert [r.line for r in out] == [1, 2]
 
 
+def test_record_copied_from_a_web_page_with_no_break_spaces_reads_the_same() -> None:
+    (rec,) = _stats(V0_063.replace(" ", "\xa0"))
+    (plain,) = _stats(V0_063)
+    assert (rec.running, rec.waiting, rec.kv_usage_pct, rec.ts) == (
+        plain.running,
+        plain.waiting,
+        plain.kv_usage_pct,
+        plain.ts,
+    )
+
+
 def test_records_in_markdown_table_rows_are_not_joined_as_a_hard_wrap() -> None:
     # V0 records pasted as cells of a markdown table (a real vllm-ascend report): each row ends in
     # "%.  |", which looks cut, but the next row holds a record of its own.

@@ -64,6 +64,9 @@ def clean(text: str) -> str:
     text = text.rstrip("\r\n")
     if text.startswith('{"log":'):
         text = _docker_json_line(text)
+    if "\xa0" in text or "\u202f" in text:
+        # Copied from a rendered web page (forum, chat, wiki): spaces arrive as no-break spaces.
+        text = text.replace("\xa0", " ").replace("\u202f", " ")
     if "\r" in text:  # tqdm redraws and CRLF continuation lines: keep what follows the last CR
         parts = [p for p in text.split("\r") if p.strip()]
         text = " ".join(parts)
