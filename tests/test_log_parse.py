@@ -486,6 +486,19 @@ STARTUP_CASES = [
         id="v0.6.4-config-dump-device-with-index",
     ),
     pytest.param(
+        "vllm serve Qwen3.5-9B --served-model-name default_model --max-num-batched-tokens=64K --max-num-seqs 128 "
+        "--max-model-len 32k --no-enable-prefix-caching --host ::",
+        {
+            "config.model": "Qwen3.5-9B",
+            "config.served_model_name": "default_model",
+            "config.max_num_batched_tokens": 65536,
+            "config.max_num_seqs": 128,
+            "config.max_seq_len": 32000,
+            "config.enable_prefix_caching": False,
+        },
+        id="v0.18-vllm-serve-human-readable-token-counts",
+    ),
+    pytest.param(
         "VLLM_USE_V1=1 vllm serve neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8 --max-model-len 2048 "
         "--gpu-memory-utilization 0.98",
         {

@@ -48,7 +48,7 @@ def test_every_extra_entry_has_provenance_and_uses_the_contract_schema() -> None
     keys = {"file", "source_url", "vllm_version", "engine", "command", "expect", "notes"}
     for entry in ENTRIES:
         assert set(entry) == keys
-        assert entry["source_url"].startswith("https://github.com/")
+        assert entry["source_url"].startswith(("https://github.com/", "https://discuss.vllm.ai/"))
         assert entry["command"] == "analyze"
         assert entry["expect"]
         assert (INDEX.parent / entry["file"]).is_file()

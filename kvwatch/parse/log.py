@@ -186,7 +186,21 @@ def _arg_value(field_name: str, raw: str) -> FactValue:
     try:
         return _num(raw)
     except ValueError:
-        return raw
+        return _human_int(raw) if field_name in _TOKEN_COUNT_FIELDS else raw
+
+
+# Integer flags vLLM parses with human_readable_int (arg_utils, 0.9+): "--max-model-len 32k" is 32000,
+# "--max-num-batched-tokens=64K" 65536 (lower case decimal, upper case binary; seen in a real 0.18 report).
+_TOKEN_COUNT_FIELDS = frozenset(("config.max_seq_len", "config.max_num_batched_tokens", "config.max_num_seqs"))
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_HUMAN_MULTIPLIER = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _human_int(raw: str) -> FactValue:
+    m = _HUMAN_INT.fullmatch(raw)
+    if m is None or (m.group(2).isupper() and "." in m.group(1)):
+        return raw  # vLLM rejects decimals with a binary suffix too
+    return int(float(m.group(1)) * _HUMAN_MULTIPLIER[m.group(2)])
 
 
 def _fast_stats_values(g: tuple[str | Any, ...]) -> tuple[Any, ...]:
