@@ -636,6 +636,12 @@ ERROR_CASES = [
 
 ERROR_CASES += [
     pytest.param(
+        "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] RuntimeError: CUDA error: "
+        "out of memory",
+        "oom",
+        id="v0.9-cuda-graph-capture-cuda-error-out-of-memory",
+    ),
+    pytest.param(
         "(EngineCore_0 pid=1) ERROR 09-03 11:03:37 [core.py:712] ValueError: Free memory on device (7.34/139.72 GiB) "
         "on startup is less than desired GPU memory utilization (0.9, 125.75 GiB). Decrease GPU memory utilization "
         "or reduce GPU memory used by other processes.",
@@ -672,6 +678,26 @@ def test_error_kinds(line: str, kind: str) -> None:
     errors = [r for r in parse_line(line, 4) if isinstance(r, ErrorRecord)]
     assert [e.kind for e in errors] == [kind]
     assert errors[0].message in line  # vLLM's own text, nothing added
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(
+            "(VllmWorkerProcess pid=13109) INFO 08-19 07:51:12 model_runner.py:1028] CUDA graphs can take additional "
+            "1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` "
+            "or enforcing eager mode.",
+            id="v0.5-cuda-graph-advice",
+        ),
+        pytest.param(
+            "INFO 04-12 08:22:05 [model_runner.py:1456] Capturing cudagraphs for decoding. If out-of-memory error "
+            "occurs during cudagraph capture, consider decreasing `gpu_memory_utilization` or switching to eager mode.",
+            id="v0.8-cudagraph-capture-advice",
+        ),
+    ],
+)
+def test_advice_about_memory_is_no_error(line: str) -> None:
+    assert [r for r in parse_line(line, 4) if isinstance(r, ErrorRecord)] == []
 
 
 ENGINE_DEAD = (

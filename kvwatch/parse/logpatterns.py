@@ -552,9 +552,11 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "torch_oom",
         "out of memory",
-        r"(?:OutOfMemoryError: )?(?:CUDA|HIP|XPU|NPU) out of memory\. Tried to allocate [\d.]+ [KGM]iB",
+        r"(?:OutOfMemoryError: )?(?:CUDA|HIP|XPU|NPU) out of memory\. Tried to allocate [\d.]+ [KGM]iB"
+        r"|(?:CUDA|HIP) error: out of memory",
         "all versions (PyTorch's own error; 'HIP' on ROCm builds, seen in real MI300/Strix Halo reports, "
-        "'XPU' on Intel, 'NPU' on Ascend)",
+        "'XPU' on Intel, 'NPU' on Ascend; the driver's 'RuntimeError: CUDA error: out of memory' when CUDA-graph "
+        "capture runs out, real V0 0.5 and V1 0.9 reports)",
         "a runtime allocation failed",
         error="oom",
     ),
