@@ -121,6 +121,15 @@ def test_observe_values_is_observe_without_the_observation() -> None:
 # ---- records: NamedTuples that keep the documented fields --------------------------------------
 
 
+@pytest.mark.parametrize("month", [-1, 0, 1, 2, 6, 12, 13, 99], ids=lambda m: f"month-{m}")
+def test_log_time_seconds_clamps_the_month_like_min_max(month: int) -> None:
+    from kvwatch.records import _DAYS_BEFORE_MONTH
+
+    ts = LogTime(month, 17, 23, 59, 59.25)
+    doy = _DAYS_BEFORE_MONTH[max(1, min(month, 12)) - 1] + 17 - 1
+    assert ts.seconds() == ((doy * 24 + 23) * 60 + 59) * 60 + 59.25
+
+
 def test_stats_record_and_log_time_keep_their_fields_defaults_and_methods() -> None:
     assert StatsRecord._fields == (
         "line", "ts", "engine", "engines_aggregated", "running", "waiting", "swapped", "deferred",
