@@ -59,7 +59,13 @@ def _docker_json(i: int, line: str) -> str:
     return json.dumps({"log": line + "\n", "stream": "stdout", "time": stamp})
 
 
+def _cri(i: int, line: str) -> str:
+    """A line of the kubelet's CRI log files (/var/log/pods/*/*/N.log under containerd or CRI-O)."""
+    return f"{_docker(i, '').rstrip()} stdout F {line}"
+
+
 FORMS: dict[str, tuple[Callable[[int, str], str], str]] = {
+    "cri-pod-log-file": (_cri, "\n"),
     "journald": (_journald, "\n"),
     "docker-compose": (_compose, "\n"),
     "docker-json-file": (_docker_json, "\n"),
@@ -82,7 +88,7 @@ def _wrapped_continuation(previous: str, line: str) -> bool:
 
 
 # Files the shipper itself writes (no terminal in between): a hard-wrapped record is one line there.
-WRITTEN_BY_THE_SHIPPER = {"docker-json-file"}
+WRITTEN_BY_THE_SHIPPER = {"docker-json-file", "cri-pod-log-file"}
 
 
 def _unwrapped(lines: list[str]) -> list[str]:
