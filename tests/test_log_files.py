@@ -74,6 +74,25 @@ def test_windowed_scan_keeps_the_first_half_of_a_hard_wrapped_record() -> None:
     ]
 
 
+@pytest.mark.parametrize("width", [73, 76, 80, 100, 140])
+@pytest.mark.parametrize("full", [True, False], ids=["every-anchor", "primary-anchors-and-windows"])
+def test_records_a_narrow_terminal_cut_into_lines_read_as_whole(width: int, full: bool) -> None:
+    """The seed log's stats records copied from a terminal of ``width`` columns: 73 and 76 cut
+    inside "Avg prompt throughput:" (its prefixes are 72 characters), 80 into five lines."""
+    out: list[str] = []
+    for line in SEED_LOG.read_text().splitlines():
+        pieces = [line[i : i + width] for i in range(0, len(line), width)] if "Avg prompt" in line else [line]
+        out.extend(pieces)
+        out.append(FILLER.format(n=len(out) % 254))
+    data = ("\n".join(out) + "\n").encode()
+    scan = files.candidate_lines(data, full)
+    parser = LogParser()
+    got = [r for rel, text, s in scan.candidates for r in parser.feed_scan(s, rel + 1, text)] + parser.finish()
+    whole = [r._replace(line=0) for r in every_line(SEED_LOG.read_bytes()) if isinstance(r, StatsRecord)]
+    assert [r._replace(line=0) for r in got if isinstance(r, StatsRecord)] == whole
+    assert got == every_line(data)
+
+
 @pytest.mark.parametrize(
     ("jobs", "full_scan_bytes"),
     [(1, 64 << 20), (2, 64 << 20), (1, 0), (2, 0)],

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kvwatch.parse import logpatterns
-from kvwatch.parse.log import LogParser, parse_line
+from kvwatch.parse.log import MAX_WRAP_LINES, LogParser, parse_line
 from kvwatch.records import ErrorRecord, FactRecord, PreemptionRecord, PrefixHitRecord, RunStartRecord, StatsRecord
 
 
@@ -172,6 +172,48 @@ def test_hard_wrap_anywhere_in_the_record_is_joined(cut: int) -> None:
     (rec,) = out
     assert isinstance(rec, StatsRecord)
     assert (rec.running, rec.kv_usage_pct, rec.prefix_hit_pct) == (4, 50.0, 12.5)
+
+
+def _hard_wrapped(line: str, width: int) -> list[str]:
+    """``line`` as a terminal of ``width`` columns cuts it (no word wrap: at the column)."""
+    return [line[i : i + width] for i in range(0, len(line), width)]
+
+
+@pytest.mark.parametrize(
+    ("record", "width"),
+    [(V1_0111, 80), (V1_0111, 100), (V1_0111, 120), (V1_083, 60), (V1_083, 80), (V0_063, 80)],
+    ids=[
+        "v0.11.1-80-columns",
+        "v0.11.1-100-columns",
+        "v0.11.1-120-columns",
+        "v0.8.3-60-columns",
+        "v0.8.3-80-columns",
+        "v0.6.3-80-columns",
+    ],
+)
+def test_record_cut_into_several_lines_by_a_narrow_terminal_is_joined(record: str, width: int) -> None:
+    (whole,) = _stats(record)
+    pieces = _hard_wrapped(record, width)
+    assert 2 < len(pieces) <= MAX_WRAP_LINES or width >= 100
+    parser = LogParser()
+    out = [r for i, piece in enumerate(pieces, 1) for r in parser.feed_line(piece, i)] + parser.finish()
+    (rec,) = out
+    assert isinstance(rec, StatsRecord)
+    assert rec._replace(line=1) == whole._replace(line=1)
+
+
+def test_a_cut_record_takes_no_line_after_its_last_short_piece() -> None:
+    # A record with a fork's suffix never ends in "%", so it always looks cut. Its last piece is
+    # shorter than the terminal: the bare line after it (an OOM, no prefix) is a line of its own.
+    record = V1_0111 + ", MFU: 11.3 TF/s/GPU 772.8 GB/s/GPU"
+    pieces = _hard_wrapped(record, 80)
+    assert len(pieces[-1]) < 80
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    parser = LogParser()
+    out = [r for i, line in enumerate([*pieces, oom], 1) for r in parser.feed_line(line, i)] + parser.finish()
+    stats = [r for r in out if isinstance(r, StatsRecord)]
+    assert [r.running for r in stats] == [48]
+    assert [(r.kind, r.line) for r in out if isinstance(r, ErrorRecord)] == [("oom", len(pieces) + 1)]
 
 
 def test_next_record_with_its_own_prefix_is_not_taken_as_a_continuation() -> None:

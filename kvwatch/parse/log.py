@@ -321,15 +321,37 @@ class LineScan:
     stop_signal: bool = False  # a shutdown marker that also judges an EngineDeadError before it
     # A trailing stats record cut short at the end of the line (hard wrap): (text, start, time)
     open_stats: tuple[str, int, LogTime | None] | None = None
+    width: int = 0  # characters on the line once cleaned: a terminal's width when it wrapped the line
 
 
 def _is_request(text: str) -> bool:
     return any(m in text for m in P.REQUEST_MARKERS)
 
 
+def _cut_stats_start(text: str) -> int:
+    """Where a stats record starts that a hard wrap cut inside its "Avg prompt throughput:" (the
+    line ends with a piece of it, right after a vLLM header or "Engine N: "), else -1."""
+    start_text = P.STATS_START
+    if "A" not in text[-len(start_text) :]:
+        return -1
+    for k in range(len(start_text) - 1, 0, -1):
+        if text.endswith(start_text[:k]):
+            start = len(text) - k
+            before = text[:start]
+            if before.endswith("] ") or P.STATS_ENGINE.search(before, max(0, start - 40)):
+                return start
+            return -1
+    return -1
+
+
 def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) -> None:
     text = seg.text
     ts = seg.ts
+    if last_segment and P.STATS_START not in text:
+        cut = _cut_stats_start(text)
+        if cut != -1:  # the rest is on the next line: LogParser joins them, nothing to read here
+            out.open_stats = (text[max(0, cut - 40) :], min(cut, 40), ts)
+            return
     # ---- periodic stats (several may be glued without a header between them) ----
     if P.STATS_START in text:
         starts = []
@@ -482,6 +504,7 @@ def _scan_general(text: str, lineno: int) -> LineScan:
     if not text.strip():
         return out
     segments = split_records(text)
+    out.width = len(text)
     out.process = _process(text)
     out.ts = next((s.ts for s in segments if s.ts is not None), None)
     for i, seg in enumerate(segments):
@@ -505,6 +528,12 @@ SHUTDOWN_NEAR_LINES = 200
 _CONTINUATION_BLOCKERS = re.compile(r"^\s*(?:\d{4}-\d\d-\d\dT|\(|\[|(?:DEBUG|INFO|WARNING|ERROR)\b)")
 
 
+# A stats record is about 200-330 characters, up to ~400 behind docker's and vLLM's prefixes: an
+# 80-column terminal cuts it into up to five lines, a 160-column one (real fixture 026) into two.
+MAX_WRAP_LINES = 6
+_Pending = tuple[int, int, tuple[str, int, LogTime | None], list[LogRecord], list[LogRecord], int, int]
+
+
 class LogParser:
     """Stateful line reader: hard-wrap joining, run starts, crash vs shutdown noise.
 
@@ -515,7 +544,10 @@ class LogParser:
     def __init__(self) -> None:
         self.lines = 0
         # (lineno, (open text, stats start, time), records of that line)
-        self._pending: tuple[int, tuple[str, int, LogTime | None], list[LogRecord]] | None = None
+        # A stats record cut by a hard wrap: (its line, the last line joined so far, (open text,
+        # stats start, time), the other records of its line, all of them with the record as read
+        # so far, the wrapping width, lines joined so far)
+        self._pending: _Pending | None = None
         self._stats_in_run = False
         self._max_phase: dict[str, int] = {}  # highest startup phase per process in the current run
         self._seen: set[tuple[str, str]] = set()  # (row name, process) in the current run
@@ -546,27 +578,47 @@ class LogParser:
         self.lines = max(self.lines, lineno)
         out: list[LogRecord] = []
         if self._pending is not None:
-            p_line, (p_text, p_start, p_ts), p_records = self._pending
+            p_line, p_last, (p_text, p_start, p_ts), p_others, p_records, width, joined_lines = self._pending
             self._pending = None
             cleaned = clean(line)
             if (
-                lineno == p_line + 1
+                lineno == p_last + 1
                 and cleaned
                 and not _CONTINUATION_BLOCKERS.match(cleaned)
                 and P.VLLM_HEADER.search(cleaned) is None  # a record of its own behind a shipper prefix
                 # A record's rest never starts another one: records pasted into a markdown table end
                 # in "%.  |" and look cut, but the next row is a record of its own (real 0.x report).
                 and P.STATS_START not in cleaned
+                # a line cut inside "Avg prompt throughput:" (or one that only looked so) reads on
+                and (p_text + cleaned[: len(P.STATS_START)]).startswith(P.STATS_START, p_start)
             ):
                 # The joined record replaces the partial one the first line produced.
                 joined = p_text + cleaned
-                out.extend(p_records[:-1])
-                out.append(parse_stats(joined, p_start, len(joined), p_line, p_ts))
+                records = [*p_others, parse_stats(joined, p_start, len(joined), p_line, p_ts)]
+                if (
+                    len(cleaned) == width  # this line was cut at the same width: more follows
+                    and joined_lines + 2 < MAX_WRAP_LINES
+                    and not _stats_complete(joined[p_start:])
+                ):
+                    self._pending = (
+                        p_line,
+                        lineno,
+                        (joined, p_start, p_ts),
+                        p_others,
+                        records,
+                        width,
+                        joined_lines + 1,
+                    )
+                else:
+                    out.extend(records)
                 return out
             out.extend(p_records)
         scan = self._apply(scan, lineno)
         if scan.open_stats is not None:
-            self._pending = (lineno, scan.open_stats, scan.records)
+            # The open record is the line's last one, unless the cut fell inside its first words.
+            cut_early = not scan.records or not isinstance(scan.records[-1], StatsRecord)
+            others = scan.records if cut_early else scan.records[:-1]
+            self._pending = (lineno, lineno, scan.open_stats, others, scan.records, scan.width, 0)
             return out
         out.extend(scan.records)
         return out
@@ -606,7 +658,7 @@ class LogParser:
         """Flush what still waits: a stats record cut at the end, an engine death not yet judged."""
         records: list[LogRecord] = []
         if self._pending is not None:
-            records = self._pending[2]
+            records = self._pending[4]
             self._pending = None
         if self._dead is not None:
             records = sorted([*records, self._dead], key=lambda r: r.line)

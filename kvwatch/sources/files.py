@@ -10,8 +10,9 @@ whole lines, and only *candidate* physical lines are decoded and parsed:
 * the big middle of a large log gets one pass for ``PRIMARY_ANCHORS`` ("cache": every stats
   record, preemption and capacity error), and the other literals are looked for only in a window
   of WINDOW_BYTES around startup lines (with the neighbouring chunk's bytes as context);
-* a line whose KV usage has no record start before it brings the line before (the first half of a
-  hard-wrapped record), and a record that does not end in its last percentage brings the next.
+* a line whose KV usage has no record start before it brings the lines before (the first part of a
+  hard-wrapped record), and a record that does not end in its last percentage brings the next
+  few lines (an 80-column terminal cuts one into four).
 
 Candidates go through the one ``LogParser`` in order, with their true line numbers. A large plain
 file is cut into chunk-sized byte ranges scanned (and parsed) by worker processes; results come
@@ -37,7 +38,7 @@ from operator import attrgetter
 from typing import Any, BinaryIO, get_args
 
 from kvwatch.errors import UsageError
-from kvwatch.parse.log import LineScan, LogParser, StatsRow, scan_line_compact
+from kvwatch.parse.log import MAX_WRAP_LINES, LineScan, LogParser, StatsRow, scan_line_compact
 from kvwatch.parse.logpatterns import PREFILTER_ANCHORS, PRIMARY_ANCHORS, REQUEST_MARKERS, STATS_START
 from kvwatch.records import LogRecord, LogTime
 
@@ -173,24 +174,35 @@ def candidate_spans(
         kv = find(_KV_USAGE, start, end)
         stats = rfind(_STATS, start, end)
         if kv != -1 and (stats == -1 or stats > kv) and start > lo:
-            # KV usage with no record start before it: the first half of a hard-wrapped record
-            # is on the line before.
-            prev = max(lo, rfind(b"\n", lo, start - 1) + 1)
-            spans.setdefault(prev, start - 1)
+            # KV usage with no record start before it: the first part of a hard-wrapped record
+            # is on the lines before.
+            cur = start
+            for _ in range(MAX_WRAP_LINES - 1):
+                if cur <= lo:
+                    break
+                prev = max(lo, rfind(b"\n", lo, cur - 1) + 1)
+                spans.setdefault(prev, cur - 1)
+                cur = prev
+        part = stats if stats != -1 else kv  # a record, or the rest of one cut before its KV usage
         if (
-            stats != -1
+            part != -1
             and end < hi
             and (
-                (kv if kv >= stats else find(_KV_USAGE, stats, end)) == -1
+                (kv if kv >= part else find(_KV_USAGE, part, end)) == -1
                 # endswith first: the common whole record ends in "%" and needs no slice
-                or not (endswith(b"%", stats, end) or data[stats:end].rstrip().rstrip(b".").endswith(b"%"))
+                or not (endswith(b"%", part, end) or data[part:end].rstrip().rstrip(b".").endswith(b"%"))
             )
         ):
             # A record cut short (no KV usage yet, or not ending in its last percentage) may
-            # continue on the next line.
+            # continue on the next lines (LogParser decides how many belong to it).
             nxt = end + 1
-            nend = data.find(b"\n", nxt, hi)
-            spans.setdefault(nxt, hi if nend == -1 else nend)
+            for _ in range(MAX_WRAP_LINES - 1):
+                if nxt >= hi:
+                    break
+                nend = data.find(b"\n", nxt, hi)
+                nend = hi if nend == -1 else nend
+                spans.setdefault(nxt, nend)
+                nxt = nend + 1
     return spans
 
 
@@ -214,18 +226,18 @@ def candidate_lines(
     line = 0
     prev = lo
     count = data.count
-    open_before = -2  # index of the last line that left a stats record open (hard wrap)
+    open_until = -1  # the last line that may continue a stats record left open (hard wrap)
     for start in sorted(spans):
         line += count(b"\n", prev, start)
         prev = start
         end = min(spans[start], start + MAX_LINE_BYTES)
         text = data[start:end].decode("utf-8", "replace")
         scan = scan_line_compact(text, line + 1)
-        # The text travels on only where LogParser may need it: the line after an open record
+        # The text travels on only where LogParser may need it: the lines after an open record
         # (and a chunk's first line, whose predecessor is in the chunk before).
-        candidates.append((line, text if line in (0, open_before + 1) else "", scan))
+        candidates.append((line, text if line == 0 or line <= open_until else "", scan))
         if isinstance(scan, LineScan) and scan.open_stats is not None:
-            open_before = line
+            open_until = line + MAX_WRAP_LINES - 1
     lines = line + count(b"\n", prev, hi)
     if hi > lo and data[hi - 1 : hi] != b"\n":
         lines += 1
