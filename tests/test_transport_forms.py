@@ -1,7 +1,8 @@
 """The real fixtures still meet their hand-read expectations when shipped or pasted another way.
 
 The same vLLM output reaches an operator through docker (``--timestamps``), kubectl (``--prefix``),
-stern, a colour terminal or a Windows editor. Each form below rewrites every real log of
+stern, journald, the kubelet's pod log files, a colour terminal, a console that hard-wraps at 80 or
+120 columns, or a Windows editor. Each form below rewrites every real log of
 tests/fixtures/real the way that tool would, and every expectation of its index entry must still
 hold. The hidden logs kvwatch is checked against come through the same tools, so a reader that
 only knows the forms the fixtures happen to use fails here first.
@@ -64,7 +65,21 @@ def _cri(i: int, line: str) -> str:
     return f"{_docker(i, '').rstrip()} stdout F {line}"
 
 
+def _terminal(width: int) -> Callable[[int, str], str]:
+    """Stats records as copied from a terminal of ``width`` columns that hard-wraps (k9s, a web
+    console): cut at the column, not at a word."""
+
+    def wrap(i: int, line: str) -> str:
+        if "Avg prompt throughput" not in line or line.startswith("|"):  # a markdown table never saw a terminal
+            return line
+        return "\n".join(line[k : k + width] for k in range(0, len(line), width))
+
+    return wrap
+
+
 FORMS: dict[str, tuple[Callable[[int, str], str], str]] = {
+    "terminal-80-columns": (_terminal(80), "\n"),
+    "terminal-120-columns": (_terminal(120), "\n"),
     "cri-pod-log-file": (_cri, "\n"),
     "journald": (_journald, "\n"),
     "docker-compose": (_compose, "\n"),
@@ -87,8 +102,9 @@ def _wrapped_continuation(previous: str, line: str) -> bool:
     return cut and not HEADER.search(line)
 
 
-# Files the shipper itself writes (no terminal in between): a hard-wrapped record is one line there.
-WRITTEN_BY_THE_SHIPPER = {"docker-json-file", "cri-pod-log-file"}
+# Files the shipper itself writes (no terminal in between), and a terminal's own wrap: the records
+# start as whole lines (026's 160-column wrap undone first).
+WRITTEN_BY_THE_SHIPPER = {"docker-json-file", "cri-pod-log-file", "terminal-80-columns", "terminal-120-columns"}
 
 
 def _unwrapped(lines: list[str]) -> list[str]:

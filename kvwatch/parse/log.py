@@ -321,7 +321,9 @@ class LineScan:
     stop_signal: bool = False  # a shutdown marker that also judges an EngineDeadError before it
     # A trailing stats record cut short at the end of the line (hard wrap): (text, start, time)
     open_stats: tuple[str, int, LogTime | None] | None = None
-    width: int = 0  # characters on the line once cleaned: a terminal's width when it wrapped the line
+    # The line's length as read and once cleaned: a terminal's width if it wrapped the line (it
+    # counted colour codes as nothing; a paste that kept them as text, as characters).
+    widths: tuple[int, int] = (0, 0)
 
 
 def _is_request(text: str) -> bool:
@@ -338,7 +340,8 @@ def _cut_stats_start(text: str) -> int:
         if text.endswith(start_text[:k]):
             start = len(text) - k
             before = text[:start]
-            if before.endswith("] ") or P.STATS_ENGINE.search(before, max(0, start - 40)):
+            # "" is the message right after a header (split_records took the header off).
+            if not before.strip() or before.endswith("] ") or P.STATS_ENGINE.search(before, max(0, start - 40)):
                 return start
             return -1
     return -1
@@ -500,11 +503,12 @@ def scan_line_compact(text: str, lineno: int) -> LineScan | StatsRow:
 
 def _scan_general(text: str, lineno: int) -> LineScan:
     out = LineScan()
+    raw_length = len(text.rstrip("\r\n"))
     text = clean(text)
     if not text.strip():
         return out
     segments = split_records(text)
-    out.width = len(text)
+    out.widths = (raw_length, len(text))
     out.process = _process(text)
     out.ts = next((s.ts for s in segments if s.ts is not None), None)
     for i, seg in enumerate(segments):
@@ -531,7 +535,7 @@ _CONTINUATION_BLOCKERS = re.compile(r"^\s*(?:\d{4}-\d\d-\d\dT|\(|\[|(?:DEBUG|INF
 # A stats record is about 200-330 characters, up to ~400 behind docker's and vLLM's prefixes: an
 # 80-column terminal cuts it into up to five lines, a 160-column one (real fixture 026) into two.
 MAX_WRAP_LINES = 6
-_Pending = tuple[int, int, tuple[str, int, LogTime | None], list[LogRecord], list[LogRecord], int, int]
+_Pending = tuple[int, int, tuple[str, int, LogTime | None], list[LogRecord], list[LogRecord], tuple[int, int], int]
 
 
 class LogParser:
@@ -546,7 +550,7 @@ class LogParser:
         # (lineno, (open text, stats start, time), records of that line)
         # A stats record cut by a hard wrap: (its line, the last line joined so far, (open text,
         # stats start, time), the other records of its line, all of them with the record as read
-        # so far, the wrapping width, lines joined so far)
+        # so far, the opening line's widths, lines joined so far)
         self._pending: _Pending | None = None
         self._stats_in_run = False
         self._max_phase: dict[str, int] = {}  # highest startup phase per process in the current run
@@ -578,7 +582,7 @@ class LogParser:
         self.lines = max(self.lines, lineno)
         out: list[LogRecord] = []
         if self._pending is not None:
-            p_line, p_last, (p_text, p_start, p_ts), p_others, p_records, width, joined_lines = self._pending
+            p_line, p_last, (p_text, p_start, p_ts), p_others, p_records, widths, joined_lines = self._pending
             self._pending = None
             cleaned = clean(line)
             if (
@@ -595,18 +599,17 @@ class LogParser:
                 # The joined record replaces the partial one the first line produced.
                 joined = p_text + cleaned
                 records = [*p_others, parse_stats(joined, p_start, len(joined), p_line, p_ts)]
-                if (
-                    len(cleaned) == width  # this line was cut at the same width: more follows
-                    and joined_lines + 2 < MAX_WRAP_LINES
-                    and not _stats_complete(joined[p_start:])
-                ):
+                # Cut at the same width: more follows, even right after a percentage (a piece may
+                # end in "KV cache usage: 0.0%" and the next hold the "Prefix cache hit rate").
+                full = len(cleaned) in widths or len(line.rstrip("\r\n")) in widths
+                if full and joined_lines + 2 < MAX_WRAP_LINES:
                     self._pending = (
                         p_line,
                         lineno,
                         (joined, p_start, p_ts),
                         p_others,
                         records,
-                        width,
+                        widths,
                         joined_lines + 1,
                     )
                 else:
@@ -618,7 +621,7 @@ class LogParser:
             # The open record is the line's last one, unless the cut fell inside its first words.
             cut_early = not scan.records or not isinstance(scan.records[-1], StatsRecord)
             others = scan.records if cut_early else scan.records[:-1]
-            self._pending = (lineno, lineno, scan.open_stats, others, scan.records, scan.width, 0)
+            self._pending = (lineno, lineno, scan.open_stats, others, scan.records, scan.widths, 0)
             return out
         out.extend(scan.records)
         return out

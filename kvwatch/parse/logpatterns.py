@@ -25,8 +25,9 @@ from dataclasses import dataclass
 # --------------------------------------------------------------------------------------------
 
 # ANSI colour codes (0.8.3-0.11 cyan process prefix, 0.12+ ColoredFormatter) and the remnants left
-# when a paste or a log shipper drops the ESC byte: "[0;36m(APIServer pid=1)[0;0m".
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\[[0-9;]*m(?=\S|$)")
+# when a paste or a log shipper drops the ESC byte: "[0;36m(APIServer pid=1)[0;0m". A remnant
+# holds a number: a bare "[m" is the start of "[metrics.py:481]" (V0 0.5-0.10 headers) as often.
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\[[0-9;]*[0-9]m(?=\S|$)")
 
 # vLLM's own header: "LEVEL MM-DD HH:MM:SS file.py:LINE] " (0.4-0.7) and "[file.py:LINE] " (0.8+;
 # 0.11.1+ %(fileinfo)s may be a relative path). Searched anywhere: records glued onto one physical
