@@ -490,17 +490,32 @@ def instance_dashboard() -> dict[str, Any]:
                     },
                 ),
                 Panel(
-                    "Memory-bound",
+                    f"Memory-bound, share of the last {DEFAULT.memory_bound_window}",
                     "stat",
-                    "1 while requests wait for KV-cache space: the page-worthy signal.",
-                    ((f"kvwatch_memory_bound{{{F}}}", "engine {{engine}}"),),
+                    "How much of the window requests waited for KV-cache space (kvwatch_memory_bound "
+                    "averaged). KvwatchMemoryBound pages when this holds at "
+                    f"{_pct(DEFAULT.memory_bound_fraction)} % or more for {DEFAULT.memory_bound_for}; "
+                    "below 100 % the queue emptied now and then (bursty traffic).",
+                    (
+                        (
+                            f"avg_over_time(kvwatch_memory_bound{{{F}}}[{DEFAULT.memory_bound_window}])",
+                            "engine {{engine}}",
+                        ),
+                    ),
                     width=6,
                     height=5,
                     defaults={
+                        "unit": "percentunit",
+                        "min": 0,
+                        "max": 1,
                         "thresholds": {
                             "mode": "absolute",
-                            "steps": [{"color": "green", "value": None}, {"color": "red", "value": 1}],
-                        }
+                            "steps": [
+                                {"color": "green", "value": None},
+                                {"color": "orange", "value": 0.1},
+                                {"color": "red", "value": DEFAULT.memory_bound_fraction},
+                            ],
+                        },
                     },
                 ),
                 Panel(
