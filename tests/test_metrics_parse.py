@@ -129,6 +129,18 @@ ALIAS_CASES = [
         0.7,
     ),
     ("ray_vllm_prefix", 'ray_vllm:num_requests_running{engine="0",model_name="m"} 4\n', "running", 4.0),
+    (
+        "ray_vllm_underscore_prefix_0_10_2_opentelemetry",
+        'ray_vllm_num_requests_running{ReplicaId="r",WorkerId="w",engine="0",model_name="m"} 4\n',
+        "running",
+        4.0,
+    ),
+    (
+        "ray_vllm_underscore_counter_0_10_2",
+        'ray_vllm_num_preemptions_total{engine="0",model_name="m"} 12.0\n',
+        "preemptions_total",
+        12.0,
+    ),
     ("preemptions_with_total", 'vllm:num_preemptions_total{model_name="m"} 51\n', "preemptions_total", 51.0),
     ("preemptions_without_total_untyped", 'ray_vllm:num_preemptions{model_name="m"} 7\n', "preemptions_total", 7.0),
     (
@@ -191,8 +203,9 @@ def test_alias_table_reads_every_name_a_version_used(text: str, field: str, valu
         ('vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n', "vllm:kv_cache_usage_perc"),
         ('vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n', "vllm:gpu_cache_usage_perc"),
         ('ray_vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n', "ray_vllm:kv_cache_usage_perc"),
+        ('ray_vllm_kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n', "ray_vllm_kv_cache_usage_perc"),
     ],
-    ids=["v1", "v0_and_early_v1", "ray"],
+    ids=["v1", "v0_and_early_v1", "ray", "ray_underscore_0_10_2"],
 )
 def test_kv_usage_metric_names_the_series_used(text: str, metric: str) -> None:
     assert _engine(text).kv_usage_metric == metric
@@ -204,7 +217,7 @@ def test_alias_rows_state_versions_and_reasons_and_tables_do_not_overlap() -> No
     assert not read & ignored
     assert all(alias.versions and alias.why for alias in METRIC_ALIASES)
     assert all(why for _stems, why in IGNORED_METRICS)
-    assert [p for p, _why in PREFIXES] == ["vllm:", "ray_vllm:"]
+    assert [p for p, _why in PREFIXES] == ["vllm:", "ray_vllm:", "ray_vllm_"]
     fields = set(EngineSample.__dataclass_fields__) - {"model_name", "engine", "kv_usage_metric"}
     assert fields == {a.field for a in METRIC_ALIASES} - {"cache_config"}
 
@@ -214,6 +227,7 @@ def test_alias_rows_state_versions_and_reasons_and_tables_do_not_overlap() -> No
     [
         ("vllm:num_requests_running", "read"),
         ("ray_vllm:num_preemptions", "read"),
+        ("ray_vllm_num_requests_waiting", "read"),
         ("vllm:request_prompt_tokens_bucket", "read"),
         ("vllm:prompt_tokens_created", "read"),
         ("vllm:iteration_tokens_total_bucket", "ignored"),
@@ -224,6 +238,7 @@ def test_alias_rows_state_versions_and_reasons_and_tables_do_not_overlap() -> No
     ids=[
         "gauge",
         "ray_counter_without_total",
+        "ray_underscore_name_0_10_2",
         "histogram_bucket",
         "created_series",
         "histogram_named_total",
@@ -501,3 +516,70 @@ def test_prose_starting_with_help_is_not_a_metric() -> None:
 def test_parse_exposition_returns_the_shared_record() -> None:
     assert isinstance(parse_exposition(""), MetricsSnapshot)
     assert parse_exposition("").engines == ()
+
+
+def test_blank_lines_inside_a_cut_cache_config_info_are_joined_over_0_8_x_issue_16560() -> None:
+    # the reporter set 'num_gpu_blocks="None",' apart with blank lines to point at it
+    text = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",enable_prefix_caching="True",num_cpu_blocks="None",\n'
+        "\n"
+        'num_gpu_blocks="None",\n'
+        "\n"
+        'sliding_window="None",swap_space_bytes="4294967296"} 1.0\n'
+        "\n"
+        'vllm:num_requests_running{model_name="m"} 2.0\n'
+    )
+    snap = parse_exposition(text)
+    assert snap.cache_config == {
+        "block_size": 16,
+        "enable_prefix_caching": True,
+        "num_cpu_blocks": None,
+        "num_gpu_blocks": None,
+        "sliding_window": None,
+        "swap_space_bytes": 4294967296,
+    }
+    assert [(e.model_name, e.running) for e in snap.engines] == [("m", 2.0)]
+    assert snap.skipped_lines == 0
+
+
+ELIDED = (
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 6.0\n'
+    'vllm:num_requests_waiting_by_reason{...,reason="capacity"} 6.0\n'
+    'vllm:num_requests_waiting_by_reason{...,reason="deferred"} 0.0\n'
+    'vllm:cache_config_info{...,num_gpu_blocks="118",kv_cache_size_tokens="90000",...} 1.0\n'
+)
+
+
+def test_label_sets_elided_with_dots_belong_to_the_only_engine_vllm_metal_0_2x() -> None:
+    snap = parse_exposition(ELIDED)
+    assert [(e.engine, e.model_name, e.waiting, e.waiting_capacity, e.waiting_deferred) for e in snap.engines] == [
+        ("0", "m", 6.0, 6.0, 0.0)
+    ]
+    assert snap.cache_config == {"kv_cache_size_tokens": 90000, "num_gpu_blocks": 118}
+    assert snap.skipped_lines == 0
+
+
+def test_elided_label_sets_are_not_given_an_engine_when_there_are_several() -> None:
+    text = ELIDED + 'vllm:num_requests_waiting{engine="1",model_name="m"} 2.0\n'
+    snap = parse_exposition(text)
+    assert [(e.engine, e.waiting, e.waiting_capacity) for e in snap.engines] == [("0", 6.0, None), ("1", 2.0, None)]
+    assert any("elided" in example for example in snap.skipped_examples)
+
+
+@pytest.mark.parametrize(
+    ("line", "config"),
+    [
+        ('> vllm:cache_config_info{block_size="16", ...}\n', {"block_size": 16}),
+        ('vllm:cache_config_info{block_size="16",\u2026} 1.0\n', {"block_size": 16}),
+    ],
+    ids=["quoted_without_value_issue_42966", "unicode_ellipsis"],
+)
+def test_an_elided_info_line_still_gives_its_labels(line: str, config: dict[str, object]) -> None:
+    assert parse_exposition(line).cache_config == config
+
+
+def test_an_elided_gauge_without_value_is_not_guessed() -> None:
+    snap = parse_exposition('vllm:num_requests_running{model_name="m", ...}\n')
+    assert snap.engines == ()
+    assert snap.skipped_lines == 1

@@ -38,6 +38,12 @@ PREFIXES: tuple[tuple[str, str], ...] = (
         "(vllm/v1/metrics/ray_wrappers.py, 0.8+) records into ray.util.metrics and Ray's "
         "exporter adds its 'ray_' prefix; older Ray exporters drop '_total' from counters",
     ),
+    (
+        "ray_vllm_",
+        "the same Ray stat logger from vLLM 0.10.2 on (Ray's OpenTelemetry metrics backend): "
+        "RayPrometheusMetric._get_sanitized_opentelemetry_name replaces ':' with '_', so Ray's "
+        "port serves ray_vllm_num_requests_running ... (seen with Ray 2.52, vLLM PR 24267)",
+    ),
 )
 
 MetricKind = Literal["gauge", "counter", "histogram", "info"]
@@ -434,6 +440,12 @@ def _read_samples(text: str) -> tuple[list[Sample], set[str], list[tuple[int, st
                 in_help = plain.startswith("# HELP ")
                 i += 1
                 continue
+            unelided = _unelide(ln.text.translate(_TYPOGRAPHY))
+            if unelided is not None and _line_problem(unelided) is None:
+                kept.append(RepairedLine(ln.number, unelided))
+                in_help = False
+                i += 1
+                continue
             rejoined = _rejoin_wrapped(good, i)
             if rejoined is not None:
                 kept.append(rejoined[0])
@@ -495,6 +507,12 @@ _TYPOGRAPHY = str.maketrans(
     }
 )
 _SAMPLE_START = re.compile(rf"^{_METRIC_NAME}(\{{|\s|$)")
+# Label sets a user shortened with "..." (or "…") in place of labels: '{...,reason="capacity"}',
+# '{block_size="16", ...}' (vllm-metal issue 479, vLLM issue 42966). Not exposition syntax, but
+# what the remaining labels state is unambiguous.
+_ELIDED_SAMPLE = re.compile(rf"^({_METRIC_NAME})\{{(.*)\}}(\s+\S+.*)?$")
+_ELISION = re.compile(r"(?:^|,)\s*(?:\.\.\.|\u2026)\s*(?=,|$)")
+ELIDED_LABEL = "kvwatch_elided"  # marks a sample whose label set was shortened; see _collect
 _MAX_WRAP_PIECES = 40  # a 1,500-character cache_config_info line wrapped at 40 columns
 
 
@@ -512,12 +530,40 @@ def _rejoin_wrapped(lines: list[RepairedLine], start: int) -> tuple[RepairedLine
     text = first
     for j in range(start + 1, min(start + _MAX_WRAP_PIECES, len(lines))):
         piece = lines[j].text
-        if not piece or piece.startswith("#") or _line_problem(piece) is None:
+        if not piece:
+            # a blank line inside a cut sample: users split a long cache_config_info around the
+            # label they report (vLLM issue 16560, 0.8.x, 'num_gpu_blocks="None"' set apart by
+            # blank lines), and Markdown renderers add blank lines between wrapped pieces. It
+            # joins nothing; the joined text must still read as one sample.
+            continue
+        if piece.startswith("#") or _line_problem(piece) is None:
             return None
         text += piece
         if _line_problem(text) is None:
             return RepairedLine(lines[start].number, text), j - start + 1
     return None
+
+
+def _unelide(line: str) -> str | None:
+    """A sample line with its ``...`` label placeholders removed and :data:`ELIDED_LABEL` added.
+
+    None when the line has no placeholder. Only lines the parser rejects get here, and the result
+    is used only when it then reads. Which engine the sample belonged to is settled in
+    :func:`_collect`, from the other samples.
+    """
+    match = _ELIDED_SAMPLE.match(line)
+    if match is None:
+        return None
+    name, labels, rest = match.groups()
+    kept = _ELISION.sub("", labels).strip().lstrip(",").strip()
+    if kept == labels.strip():
+        return None
+    if rest is None:
+        if not name.endswith("_info"):
+            return None
+        rest = " 1"  # an *_info series is 1 by definition; the shortened paste dropped it
+    kept = f'{kept},{ELIDED_LABEL}="1"' if kept else f'{ELIDED_LABEL}="1"'
+    return f"{name}{{{kept}}}{rest}"
 
 
 def _line_problem(line: str) -> str | None:
@@ -567,10 +613,20 @@ def _collect(samples: list[Sample]) -> tuple[tuple[EngineSample, ...], dict[str,
     duplicates: list[str] = []
     seen: set[tuple[str | None, ...]] = set()
     prefix_order = [p for p, _why in PREFIXES]
+    only_engine = _only_engine(samples)
 
     for s in samples:
         prefix, stem = split_prefix(s.name) or ("", s.name)
         model, engine = s.labels.get("model_name"), s.labels.get("engine")
+        if ELIDED_LABEL in s.labels:
+            # a label set shortened with "...": the identity labels it lost are those of the one
+            # engine the other samples name; with several engines it is not guessed
+            if only_engine is not None:
+                model = model if model is not None else only_engine[0]
+                engine = engine if engine is not None else only_engine[1]
+            elif stem != "cache_config_info" and (model is None or engine is None):
+                duplicates.append(f"{s.name}: labels elided with '...' and several engines: which one is unknown")
+                continue
         if stem == "cache_config_info":
             key = engine if engine is not None else ""
             if key not in configs:  # several replicas (Ray) under one engine label: keep the first
@@ -585,7 +641,9 @@ def _collect(samples: list[Sample]) -> tuple[tuple[EngineSample, ...], dict[str,
         alias, stem_rank, part = match
         series = (s.name, model, engine, *(s.labels.get(k) for k in _SERIES_LABELS))
         if series in seen:
-            extra = sorted(k for k in s.labels if k not in _IDENTITY_LABELS and k not in _SERIES_LABELS)
+            extra = sorted(
+                k for k in s.labels if k not in _IDENTITY_LABELS and k not in _SERIES_LABELS and k != ELIDED_LABEL
+            )
             duplicates.append(
                 f"{s.name}: several series for model_name={model!r} engine={engine!r} "
                 f"(other labels: {', '.join(extra) or 'none'}); kept the first, nothing summed"
@@ -600,6 +658,24 @@ def _collect(samples: list[Sample]) -> tuple[tuple[EngineSample, ...], dict[str,
             _add_value(builder, alias.field, rank, s.value, s.name)
 
     return _finish(builders), configs, duplicates
+
+
+def _only_engine(samples: list[Sample]) -> tuple[str | None, str | None] | None:
+    """The (model_name, engine) of the one engine the complete samples name, or None if not one.
+
+    Complete: not elided, not a metadata ``*_info`` gauge. API-server series without an engine
+    (or model) label do not count when others carry one, as in :func:`_finish`.
+    """
+    pairs = {
+        (s.labels.get("model_name"), s.labels.get("engine"))
+        for s in samples
+        if ELIDED_LABEL not in s.labels and not (split_prefix(s.name) or ("", s.name))[1].endswith("_info")
+    }
+    if any(engine is not None for _model, engine in pairs):
+        pairs = {p for p in pairs if p[1] is not None}
+    if any(model is not None for model, _engine in pairs):
+        pairs = {p for p in pairs if p[0] is not None}
+    return next(iter(pairs)) if len(pairs) == 1 else None
 
 
 def _match(stem: str, labels: dict[str, str]) -> tuple[MetricAlias, int, str] | None:
@@ -691,7 +767,7 @@ def _engine_order(key: tuple[str | None, str | None]) -> tuple[int, float, str, 
 
 _INT = re.compile(r"^[-+]?\d+$")
 _FLOAT = re.compile(r"^[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$")
-_NOT_CONFIG = frozenset({"engine", "model_name"})
+_NOT_CONFIG = frozenset({"engine", "model_name", ELIDED_LABEL})
 
 
 def type_label_value(value: str) -> str | int | float | bool | None:
