@@ -307,6 +307,11 @@ STARTUP_CASES = [
         id="v0.16-ascii-logo-model",
     ),
     pytest.param(
+        "INFO 08-07 21:32:22 [serve.py:119] Defaulting api_server_count to data_parallel_size (8).",
+        {"config.data_parallel_size": 8},
+        id="v0.25-api-server-count-defaults-to-the-dp-size",
+    ),
+    pytest.param(
         "INFO 11-29 14:00:01 api_server.py:529] args: Namespace(host=None, port=8000, model='meta-llama/Llama-2-7b', "
         "dtype='auto', kv_cache_dtype='auto', max_model_len=None, block_size=16, enable_prefix_caching=False, "
         "gpu_memory_utilization=0.9, tensor_parallel_size=2, max_num_batched_tokens=None, max_num_seqs=256, "
@@ -711,6 +716,17 @@ ERROR_CASES += [
         "(EngineCore pid=316) ERROR 08-21 18:37:44 [core.py:1344] EngineCore failed to start.",
         "other",
         id="v0.10-enginecore-failed-to-start",
+    ),
+    pytest.param(
+        "  | [2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] EngineCore hit an exception: Traceback (most "
+        "recent call last):",
+        "engine_dead",
+        id="v0.7-enginecore-hit-an-exception-in-buildkite-paste",
+    ),
+    pytest.param(
+        "(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136] RuntimeError: CUDA driver error: out of memory",
+        "oom",
+        id="v0.20-cuda-driver-error-out-of-memory-from-a-custom-op",
     ),
 ]
 

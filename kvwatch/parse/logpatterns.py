@@ -246,6 +246,16 @@ LINE_KINDS: tuple[LineKind, ...] = (
         fields=("config.model",),
     ),
     _row(
+        "dp_api_server_count",
+        "api_server_count",
+        r"Defaulting api_server_count to data_parallel_size \((\d+)\)",
+        "the 'vllm serve' launcher since api_server_count defaults to the DP size (a real 0.25.0 report), "
+        "printed before the logo",
+        "the data-parallel size, stated even where the paste has no config dump or args line (no phase: it "
+        "comes before the banner)",
+        fields=("config.data_parallel_size",),
+    ),
+    _row(
         "engine_config",
         "with config",
         CONFIG_DUMP.pattern,
@@ -554,10 +564,11 @@ LINE_KINDS: tuple[LineKind, ...] = (
         "torch_oom",
         "out of memory",
         r"(?:OutOfMemoryError: )?(?:CUDA|HIP|XPU|NPU) out of memory\. Tried to allocate [\d.]+ [KGM]iB"
-        r"|(?:CUDA|HIP) error: out of memory",
+        r"|(?:CUDA|HIP) (?:driver )?error: out of memory",
         "all versions (PyTorch's own error; 'HIP' on ROCm builds, seen in real MI300/Strix Halo reports, "
         "'XPU' on Intel, 'NPU' on Ascend; the driver's 'RuntimeError: CUDA error: out of memory' when CUDA-graph "
-        "capture runs out, real V0 0.5 and V1 0.9 reports)",
+        "capture runs out, real V0 0.5 and V1 0.9 reports; 'RuntimeError: CUDA driver error: out of memory' "
+        "from a custom op such as gptq_marlin_repack while weights load, a real V1 0.20-era report)",
         "a runtime allocation failed",
         error="oom",
     ),
@@ -591,6 +602,15 @@ LINE_KINDS: tuple[LineKind, ...] = (
         r"EngineDeadError: EngineCore encountered an issue\.?",
         "0.8-0.33 (V1)",
         "the engine process died; after a clean SIGINT/SIGTERM this is shutdown noise, not a crash",
+        error="engine_dead",
+    ),
+    _row(
+        "engine_hit_exception",
+        "hit an exception",
+        r"EngineCore hit an exception",
+        "0.7.x-0.8.x (V1, EngineCore; 'EngineCore hit an exception: Traceback ...', core.py:302/390, real CI "
+        "and GH200 reports), the words 0.9+ split into 'failed to start' and 'encountered a fatal error'",
+        "the engine process died of an exception (then it signals the API server to stop), at startup or later",
         error="engine_dead",
     ),
     _row(
@@ -629,6 +649,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"version",  # banners, logo
     b"model   ",  # the logo's model line
     b"args",  # non-default args / args: Namespace
+    b"api_server_count",  # "Defaulting api_server_count to data_parallel_size (8)."
     b"vllm",  # a pasted "$ vllm serve ..." / "python -m vllm.entrypoints..." command line
     b"blocks",  # block counts, override
     b"block size",  # hybrid models: "Setting attention block size"
@@ -641,6 +662,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"max model len",
     b"EngineDead",
     b"fatal error",  # "EngineCore encountered a fatal error."
+    b"hit an exception",  # 0.7-0.8 "EngineCore hit an exception: Traceback ..."
     b"initialization failed",
     b"failed to start",
     b"hutdown",  # "[shutdown]", "Shutting down" is "Shutting": see below
