@@ -583,3 +583,22 @@ def test_an_elided_gauge_without_value_is_not_guessed() -> None:
     snap = parse_exposition('vllm:num_requests_running{model_name="m", ...}\n')
     assert snap.engines == ()
     assert snap.skipped_lines == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'vllm:num_requests_running{engine="1", instance="h:8000", job="vllm", model_name="m"} | 3\n-- | --\n',
+        '| vllm:num_requests_running{engine="1",model_name="m"} | 3 |\n|---|---|\n',
+    ],
+    ids=["prometheus_ui_table_0_10_2_pr_24049", "markdown_table_with_outer_bars"],
+)
+def test_prometheus_ui_table_rows_pasted_as_markdown_are_read(text: str) -> None:
+    snap = parse_exposition(text)
+    assert [(e.engine, e.model_name, e.running) for e in snap.engines] == [("1", "m", 3.0)]
+    assert snap.skipped_lines == 0
+
+
+def test_a_bar_inside_a_label_value_is_not_a_table() -> None:
+    text = 'vllm:num_requests_running{model_name="a | 3"} 1\n'
+    assert [(e.model_name, e.running) for e in parse_exposition(text).engines] == [("a | 3", 1.0)]

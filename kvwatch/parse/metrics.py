@@ -309,6 +309,12 @@ _TYPE_WORDS = frozenset(
     {"counter", "gauge", "histogram", "summary", "untyped", "info", "stateset", "gaugehistogram", "unknown"}
 )
 _FENCE = re.compile(r"^(```|~~~)")
+# A Prometheus query result copied from its web UI's table into Markdown: 'series | value' rows,
+# optionally '| series | value |', and a '-- | --' separator row (vLLM PR 24049, 0.10.2, eight
+# data-parallel engines). The series part must end the label set (or be a bare name) right
+# before the bar, so a '|' inside a label value never matches.
+_TABLE_ROW = re.compile(rf"^\|?\s*({_METRIC_NAME}(?:\{{.*\}})?)\s*\|\s*([-+]?[0-9.eE+-]+|NaN|[-+]?Inf)\s*\|?$")
+_TABLE_RULE = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)+\|?$")
 _NAME_START = re.compile(rf"^({_METRIC_NAME})")
 _MAX_EXAMPLES = 5
 
@@ -329,6 +335,8 @@ def repair_exposition(text: str) -> list[RepairedLine]:
     - ``HELP name ...`` / ``TYPE name kind`` without ``#`` (a Markdown heading copied back), or
       with ``##``, become comments again: a sample line can never read ``HELP name text``.
     - Code fences and inline-code backticks around a whole line are removed.
+    - Markdown table rows ``series | value`` (a Prometheus UI table copied into an issue) become
+      ``series value``; the table's ``-- | --`` rule is dropped.
     - CR/CRLF endings and surrounding whitespace are dropped.
 
     Everything else is left for the parser; nothing is guessed. (Later, only for lines the parser
@@ -339,8 +347,11 @@ def repair_exposition(text: str) -> list[RepairedLine]:
     for number, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         line = raw.strip().lstrip("\ufeff")
         line = _BLOCKQUOTE.sub("", line).strip()
-        if _FENCE.match(line):
+        if _FENCE.match(line) or _TABLE_RULE.match(line):
             continue
+        row = _TABLE_ROW.match(line)
+        if row:
+            line = f"{row.group(1)} {row.group(2)}"
         if len(line) > 1 and line.startswith("`") and line.endswith("`"):
             line = line.strip("`").strip()
         meta = _BARE_META.match(line)
