@@ -312,6 +312,11 @@ STARTUP_CASES = [
         id="v0.25-api-server-count-defaults-to-the-dp-size",
     ),
     pytest.param(
+        "ValueError: max_num_seqs (256) exceeds available Mamba cache blocks (161).",
+        {"config.max_num_seqs": 256},
+        id="v0.23-mamba-cache-error-states-max-num-seqs",
+    ),
+    pytest.param(
         "INFO 11-29 14:00:01 api_server.py:529] args: Namespace(host=None, port=8000, model='meta-llama/Llama-2-7b', "
         "dtype='auto', kv_cache_dtype='auto', max_model_len=None, block_size=16, enable_prefix_caching=False, "
         "gpu_memory_utilization=0.9, tensor_parallel_size=2, max_num_batched_tokens=None, max_num_seqs=256, "
@@ -727,6 +732,11 @@ ERROR_CASES += [
         "(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136] RuntimeError: CUDA driver error: out of memory",
         "oom",
         id="v0.20-cuda-driver-error-out-of-memory-from-a-custom-op",
+    ),
+    pytest.param(
+        "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (614).",
+        "kv_insufficient",
+        id="v0.25-hybrid-model-max-num-seqs-exceeds-mamba-cache-blocks",
     ),
 ]
 

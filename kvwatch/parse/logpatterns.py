@@ -518,6 +518,16 @@ LINE_KINDS: tuple[LineKind, ...] = (
         error="kv_insufficient",
     ),
     _row(
+        "kv_insufficient_mamba",
+        "Mamba cache blocks",
+        r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)",
+        "0.23-0.28+ (V1, hybrid Mamba/GDN models such as Qwen3.6+ at a long max_model_len; real 0.23.1, 0.25.1 "
+        "and 0.28.0 reports)",
+        "the pool holds fewer per-sequence Mamba states than max_num_seqs: the server never starts",
+        fields=("config.max_num_seqs",),
+        error="kv_insufficient",
+    ),
+    _row(
         "no_kv_memory",
         "No available memory",
         r"No available memory for the cache blocks\.",
