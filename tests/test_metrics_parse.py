@@ -572,8 +572,17 @@ def test_elided_label_sets_are_not_given_an_engine_when_there_are_several() -> N
     [
         ('> vllm:cache_config_info{block_size="16", ...}\n', {"block_size": 16}),
         ('vllm:cache_config_info{block_size="16",\u2026} 1.0\n', {"block_size": 16}),
+        ('vllm:cache_config_info{block_size="16",cache_dtype="auto",...\n', {"block_size": 16, "cache_dtype": "auto"}),
+        ('vllm:cache_config_info{block_size="16", \u2026\n', {"block_size": 16}),
+        ('vllm:cache_config_info{block_size="16",cache_dtype="au...\n', {}),
     ],
-    ids=["quoted_without_value_issue_42966", "unicode_ellipsis"],
+    ids=[
+        "quoted_without_value_issue_42966",
+        "unicode_ellipsis",
+        "cut_short_with_dots",
+        "cut_short_with_unicode_ellipsis",
+        "cut_inside_a_value_is_not_guessed",
+    ],
 )
 def test_an_elided_info_line_still_gives_its_labels(line: str, config: dict[str, object]) -> None:
     assert parse_exposition(line).cache_config == config

@@ -523,6 +523,9 @@ _SAMPLE_START = re.compile(rf"^{_METRIC_NAME}(\{{|\s|$)")
 # what the remaining labels state is unambiguous.
 _ELIDED_SAMPLE = re.compile(rf"^({_METRIC_NAME})\{{(.*)\}}(\s+\S+.*)?$")
 _ELISION = re.compile(r"(?:^|,)\s*(?:\.\.\.|\u2026)\s*(?=,|$)")
+# ... or cut short with a trailing "..." where the line grew too long to show whole, which for
+# the 1-2 KB cache_config_info is common: 'vllm:cache_config_info{block_size="16",...'.
+_ELIDED_TAIL = re.compile(rf"^({_METRIC_NAME}_info)\{{(.*?)\s*,?\s*(?:\.\.\.|\u2026)\s*\}}?\s*$")
 ELIDED_LABEL = "kvwatch_elided"  # marks a sample whose label set was shortened; see _collect
 _MAX_WRAP_PIECES = 40  # a 1,500-character cache_config_info line wrapped at 40 columns
 
@@ -564,7 +567,13 @@ def _unelide(line: str) -> str | None:
     """
     match = _ELIDED_SAMPLE.match(line)
     if match is None:
-        return None
+        tail = _ELIDED_TAIL.match(line)
+        if tail is None:
+            return None
+        name, labels = tail.groups()
+        labels = labels.strip().rstrip(",")
+        kept = f'{labels},{ELIDED_LABEL}="1"' if labels else f'{ELIDED_LABEL}="1"'
+        return f"{name}{{{kept}}} 1"
     name, labels, rest = match.groups()
     kept = _ELISION.sub("", labels).strip().lstrip(",").strip()
     if kept == labels.strip():
