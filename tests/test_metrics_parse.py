@@ -611,3 +611,24 @@ def test_prometheus_ui_table_rows_pasted_as_markdown_are_read(text: str) -> None
 def test_a_bar_inside_a_label_value_is_not_a_table() -> None:
     text = 'vllm:num_requests_running{model_name="a | 3"} 1\n'
     assert [(e.model_name, e.running) for e in parse_exposition(text).engines] == [("a | 3", 1.0)]
+
+
+def test_a_stray_piece_before_a_wrapped_sample_is_not_glued_into_its_name() -> None:
+    # a shell prompt wrapped at 80 columns leaves 'ime_to'; prometheus_client would read
+    # 'ime_to...ray_vllm_...{...} 266.0' as one sample with dots in its name (vLLM PR 24267 paste)
+    text = (
+        "$ curl localhost:8085 | grep vllm_t\n"
+        "ime_to\n"
+        "...\n"
+        'ray_vllm_time_to_first_token_seconds_count{Component="core_worker",NodeAddress="10.1\n'
+        '.113.171",engine="0",model_name="qwen-0.5b"} 266.0\n'
+    )
+    assert [(e.engine, e.model_name) for e in parse_exposition(text).engines] == [("0", "qwen-0.5b")]
+
+
+@pytest.mark.parametrize("width", [40, 80], ids=["wrapped_at_40", "wrapped_at_80"])
+def test_an_elided_label_set_wrapped_by_a_terminal_is_still_read(width: int) -> None:
+    text = "".join(line[i : i + width] + "\n" for line in ELIDED.splitlines() for i in range(0, len(line), width))
+    snap = parse_exposition(text)
+    assert [(e.engine, e.waiting, e.waiting_capacity) for e in snap.engines] == [("0", 6.0, 6.0)]
+    assert snap.cache_config == {"kv_cache_size_tokens": 90000, "num_gpu_blocks": 118}

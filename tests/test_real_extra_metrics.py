@@ -7,18 +7,22 @@ engine gauges, counters with ``_created`` gauges and both prefix-cache names, a 
 split by blank lines, label sets elided with ``...``, two model_names (LoRA) on one server, a
 data-parallel engine 1, Ray's ``ray_vllm_`` (underscore) names. The checks are
 ``tests.test_contract.check_document`` run in process, as written and in every paste form of
-tests/test_transport_forms.py.
+tests/test_transport_forms.py; these and the shared set's scrapes also in MORE_FORMS below.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvwatch.commands.snapshot import load, snapshot_document
+from tests.test_contract import ENTRIES as SHARED_ENTRIES
+from tests.test_contract import INDEX as SHARED_INDEX
 from tests.test_contract import check_document
 from tests.test_transport_forms import SCRAPE_FORMS
 
@@ -56,4 +60,42 @@ def test_extra_real_scrape_meets_its_expectations_however_it_was_pasted(
     source = (INDEX.parent / entry["file"]).read_text(encoding="utf-8")
     path = tmp_path / Path(entry["file"]).name
     path.write_text(SCRAPE_FORMS[form](source), encoding="utf-8")
+    assert check_document(entry, _document(path)) == []
+
+
+def _hard_wrap(width: int) -> Callable[[str], str]:
+    def wrap(text: str) -> str:
+        return "".join(
+            line[i : i + width] + "\n" for line in text.splitlines() for i in range(0, max(len(line), 1), width)
+        )
+
+    return wrap
+
+
+# More ways a scrape reaches an issue, beyond SCRAPE_FORMS: a terminal's hard wrap (also inside a
+# quote), a copy that doubles every line break, tabs or non-breaking spaces before the value,
+# trailing spaces, a ```text fence, a collapsed <details> block.
+MORE_FORMS: dict[str, Callable[[str], str]] = {
+    "hard-wrap-80": _hard_wrap(80),
+    "quoted-hard-wrap-120": lambda text: "".join(f"> {line}\n" for line in _hard_wrap(120)(text).splitlines()),
+    "double-spaced": lambda text: "\n\n".join(text.splitlines()) + "\n",
+    "tab-before-value": lambda text: re.sub(r"\} ", "}\t", text),
+    "nbsp-before-value": lambda text: text.replace("} ", "}\u00a0"),
+    "trailing-spaces": lambda text: "".join(f"{line}   \n" for line in text.splitlines()),
+    "text-fence": lambda text: f"```text\n{text}```\n",
+    "details-block": lambda text: f"<details>\n<summary>/metrics</summary>\n\n```\n{text}```\n</details>\n",
+}
+ALL_SCRAPES = [(INDEX.parent, e) for e in ENTRIES] + [
+    (SHARED_INDEX.parent, e) for e in SHARED_ENTRIES if e["command"] == "snapshot"
+]
+
+
+@pytest.mark.parametrize("form", MORE_FORMS)
+@pytest.mark.parametrize(("base", "entry"), ALL_SCRAPES, ids=[Path(e["file"]).stem for _b, e in ALL_SCRAPES])
+def test_every_real_scrape_survives_more_paste_damage(
+    base: Path, entry: dict[str, Any], form: str, tmp_path: Path
+) -> None:
+    source = (base / entry["file"]).read_text(encoding="utf-8")
+    path = tmp_path / Path(entry["file"]).name
+    path.write_text(MORE_FORMS[form](source), encoding="utf-8")
     assert check_document(entry, _document(path)) == []

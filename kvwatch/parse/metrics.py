@@ -518,6 +518,7 @@ _TYPOGRAPHY = str.maketrans(
     }
 )
 _SAMPLE_START = re.compile(rf"^{_METRIC_NAME}(\{{|\s|$)")
+_SAMPLE_NAME = re.compile(rf"^({_METRIC_NAME})(?:\{{|\s)")
 # Label sets a user shortened with "..." (or "…") in place of labels: '{...,reason="capacity"}',
 # '{block_size="16", ...}' (vllm-metal issue 479, vLLM issue 42966). Not exposition syntax, but
 # what the remaining labels state is unambiguous.
@@ -550,11 +551,37 @@ def _rejoin_wrapped(lines: list[RepairedLine], start: int) -> tuple[RepairedLine
             # blank lines), and Markdown renderers add blank lines between wrapped pieces. It
             # joins nothing; the joined text must still read as one sample.
             continue
-        if piece.startswith("#") or _line_problem(piece) is None:
+        if piece.startswith("#") or _line_problem(piece) is None or _starts_vllm_sample(piece):
             return None
         text += piece
-        if _line_problem(text) is None:
-            return RepairedLine(lines[start].number, text), j - start + 1
+        readable = _readable_form(text)
+        if readable is not None:
+            return RepairedLine(lines[start].number, readable), j - start + 1
+    return None
+
+
+def _starts_vllm_sample(piece: str) -> bool:
+    """Whether a piece begins a sample of its own (a vLLM name, then labels or a value)."""
+    match = _SAMPLE_NAME.match(piece)
+    return match is not None and split_prefix(match.group(1)) is not None
+
+
+def _readable_form(text: str) -> str | None:
+    """``text`` as it reads: itself, or as a table row or elided label set would; else None.
+
+    The name must be a whole metric name: prometheus_client's parser also takes names with dots
+    in them, which a stray piece glued in front ('ime_to...vllm:...') would otherwise make.
+    """
+    if not _SAMPLE_NAME.match(text) and not text.startswith("# TYPE "):
+        return None
+    if _line_problem(text) is None:
+        return text
+    row = _TABLE_ROW.match(text)
+    if row and _line_problem(f"{row.group(1)} {row.group(2)}") is None:
+        return f"{row.group(1)} {row.group(2)}"
+    unelided = _unelide(text)
+    if unelided is not None and _line_problem(unelided) is None:
+        return unelided
     return None
 
 
