@@ -307,6 +307,11 @@ STARTUP_CASES = [
         id="v0.16-ascii-logo-model",
     ),
     pytest.param(
+        "(APIServer pid=6539) INFO 04-18 20:22:57 [utils.py:299] █▄█▀ █ █ █ █ model openai/gpt-oss-20b",
+        {"config.model": "openai/gpt-oss-20b"},
+        id="v0.19-ascii-logo-model-with-spaces-collapsed-by-a-web-page",
+    ),
+    pytest.param(
         "INFO 08-07 21:32:22 [serve.py:119] Defaulting api_server_count to data_parallel_size (8).",
         {"config.data_parallel_size": 8},
         id="v0.25-api-server-count-defaults-to-the-dp-size",

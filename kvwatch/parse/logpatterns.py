@@ -239,9 +239,10 @@ LINE_KINDS: tuple[LineKind, ...] = (
     ),
     _row(
         "logo_model",
-        "model   ",
-        r"[█▄▀]\s+model\s{2,}(\S+)",
-        "0.16-0.33",
+        " model ",
+        r"[█▄▀]\s+model\s+(\S+)",
+        "0.16-0.33; a web page that collapses runs of spaces leaves '█ model <m>' (a real 0.19.0 log copied into "
+        "a blog), so any whitespace goes after 'model' (the anchor is ASCII: a docker json-file escapes the glyphs)",
         "the ASCII-art logo prints '  model   <m>' under the version",
         fields=("config.model",),
     ),
@@ -657,7 +658,8 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     # cache_config_info, kv_insufficient, no_kv_memory
     b"Cache",  # V0 three-line profiling "reserved for KV Cache is"
     b"version",  # banners, logo
-    b"model   ",  # the logo's model line
+    b" model ",  # the logo's model line ("  █▄█▀ █     █     █     █  model   <m>", "█ model <m>" when
+    # a web page collapsed the spaces); ASCII, because a docker json-file writes the glyphs as \u2588
     b"args",  # non-default args / args: Namespace
     b"api_server_count",  # "Defaulting api_server_count to data_parallel_size (8)."
     b"vllm",  # a pasted "$ vllm serve ..." / "python -m vllm.entrypoints..." command line
