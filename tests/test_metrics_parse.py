@@ -632,3 +632,30 @@ def test_an_elided_label_set_wrapped_by_a_terminal_is_still_read(width: int) -> 
     snap = parse_exposition(text)
     assert [(e.engine, e.waiting, e.waiting_capacity) for e in snap.engines] == [("0", 6.0, 6.0)]
     assert snap.cache_config == {"kv_cache_size_tokens": 90000, "num_gpu_blocks": 118}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '- vllm:num_requests_running{engine="0",model_name="m"} 3.0\n* # TYPE vllm:num_requests_waiting gauge\n',
+        '+ vllm:num_requests_running{engine="0",model_name="m"} 3.0\n',
+        'vllm:num_requests_running{engine=\\"0\\",model_name=\\"m\\"} 3.0\n',
+        "vllm:num_requests_running{engine=&quot;0&quot;,model_name=&quot;m&quot;} 3.0\n",
+        '`| vllm:num_requests_running{engine="0",model_name="m"} | 3 |`\n',
+    ],
+    ids=[
+        "markdown_list_items",
+        "plus_list_item",
+        "json_escaped_quotes",
+        "html_escaped_quotes",
+        "table_row_in_backticks",
+    ],
+)
+def test_markdown_lists_and_escaped_quotes_are_undone(text: str) -> None:
+    snap = parse_exposition(text)
+    assert [(e.engine, e.model_name, e.running) for e in snap.engines] == [("0", "m", 3.0)]
+    assert snap.skipped_lines == 0
+
+
+def test_a_dash_that_is_not_a_list_marker_stays() -> None:
+    assert parse_exposition("-1 vllm:num_requests_running 3\n").engines == ()

@@ -74,7 +74,7 @@ def _hard_wrap(width: int) -> Callable[[str], str]:
 
 # More ways a scrape reaches an issue, beyond SCRAPE_FORMS: a terminal's hard wrap (also inside a
 # quote), a copy that doubles every line break, tabs or non-breaking spaces before the value,
-# trailing spaces, a ```text fence, a collapsed <details> block.
+# trailing spaces, a ```text fence, a collapsed <details> block, quotes escaped for JSON or HTML.
 MORE_FORMS: dict[str, Callable[[str], str]] = {
     "hard-wrap-80": _hard_wrap(80),
     "quoted-hard-wrap-120": lambda text: "".join(f"> {line}\n" for line in _hard_wrap(120)(text).splitlines()),
@@ -84,6 +84,8 @@ MORE_FORMS: dict[str, Callable[[str], str]] = {
     "trailing-spaces": lambda text: "".join(f"{line}   \n" for line in text.splitlines()),
     "text-fence": lambda text: f"```text\n{text}```\n",
     "details-block": lambda text: f"<details>\n<summary>/metrics</summary>\n\n```\n{text}```\n</details>\n",
+    "json-escaped-quotes": lambda text: text.replace('"', '\\"'),
+    "html-escaped-quotes": lambda text: text.replace('"', "&quot;"),
 }
 ALL_SCRAPES = [(INDEX.parent, e) for e in ENTRIES] + [
     (SHARED_INDEX.parent, e) for e in SHARED_ENTRIES if e["command"] == "snapshot"

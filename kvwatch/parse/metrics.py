@@ -16,6 +16,7 @@ No files, network or clock here: sources hand in text, commands and the sidecar 
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from dataclasses import dataclass, field
@@ -315,6 +316,9 @@ _FENCE = re.compile(r"^(```|~~~)")
 # before the bar, so a '|' inside a label value never matches.
 _TABLE_ROW = re.compile(rf"^\|?\s*({_METRIC_NAME}(?:\{{.*\}})?)\s*\|\s*([-+]?[0-9.eE+-]+|NaN|[-+]?Inf)\s*\|?$")
 _TABLE_RULE = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)+\|?$")
+# A Markdown list item ('- vllm:num_requests_running{...} 3', '* # HELP ...'): no exposition
+# line starts with a list marker, so it is dropped when a metric name or '#' follows it.
+_LIST_MARKER = re.compile(rf"^[-*+]\s+(?=#|{_METRIC_NAME}(?:\{{|\s))")
 _NAME_START = re.compile(rf"^({_METRIC_NAME})")
 _MAX_EXAMPLES = 5
 
@@ -337,6 +341,7 @@ def repair_exposition(text: str) -> list[RepairedLine]:
     - Code fences and inline-code backticks around a whole line are removed.
     - Markdown table rows ``series | value`` (a Prometheus UI table copied into an issue) become
       ``series value``; the table's ``-- | --`` rule is dropped.
+    - A Markdown list marker (``- ``, ``* ``, ``+ ``) before a sample or comment is dropped.
     - CR/CRLF endings and surrounding whitespace are dropped.
 
     Everything else is left for the parser; nothing is guessed. (Later, only for lines the parser
@@ -349,11 +354,12 @@ def repair_exposition(text: str) -> list[RepairedLine]:
         line = _BLOCKQUOTE.sub("", line).strip()
         if _FENCE.match(line) or _TABLE_RULE.match(line):
             continue
+        if len(line) > 1 and line.startswith("`") and line.endswith("`"):
+            line = _BLOCKQUOTE.sub("", line.strip("`").strip()).strip()
+        line = _LIST_MARKER.sub("", line)
         row = _TABLE_ROW.match(line)
         if row:
             line = f"{row.group(1)} {row.group(2)}"
-        if len(line) > 1 and line.startswith("`") and line.endswith("`"):
-            line = line.strip("`").strip()
         meta = _BARE_META.match(line)
         # a bare "HELP word ..." is prose unless the word looks like a metric name (has _ or :)
         if meta and not line.startswith("# ") and re.search(r"[_:]", meta.group(2)):
@@ -443,16 +449,18 @@ def _read_samples(text: str) -> tuple[list[Sample], set[str], list[tuple[int, st
                 in_help = ln.text.startswith("# HELP ")
                 i += 1
                 continue
-            plain = ln.text.translate(_TYPOGRAPHY)
-            if plain != ln.text and _line_problem(plain) is None:
-                # rich-text copy turned quotes curly and spaces non-breaking: undone only when
-                # the straightened line then reads
+            plain = next((p for p in _plain_forms(ln.text) if _line_problem(p) is None), None)
+            if plain is not None:
+                # rich-text copy turned quotes curly and spaces non-breaking, or the text went
+                # through JSON or HTML escaping: undone only when the plain line then reads
                 kept.append(RepairedLine(ln.number, plain))
                 in_help = plain.startswith("# HELP ")
                 i += 1
                 continue
-            unelided = _unelide(ln.text.translate(_TYPOGRAPHY))
-            if unelided is not None and _line_problem(unelided) is None:
+            unelided = next(
+                (u for p in (ln.text, *_plain_forms(ln.text)) if (u := _unelide(p)) and _line_problem(u) is None), None
+            )
+            if unelided is not None:
                 kept.append(RepairedLine(ln.number, unelided))
                 in_help = False
                 i += 1
@@ -560,6 +568,14 @@ def _rejoin_wrapped(lines: list[RepairedLine], start: int) -> tuple[RepairedLine
     return None
 
 
+def _plain_forms(line: str) -> list[str]:
+    """``line`` with paste typography undone, then also JSON (``\\"``) or HTML (``&quot;``)
+    escaping, each a candidate only when it differs from the line."""
+    straight = line.translate(_TYPOGRAPHY)
+    forms = [straight, straight.replace('\\"', '"'), html.unescape(straight)]
+    return [f for i, f in enumerate(forms) if f != line and f not in forms[:i]]
+
+
 def _starts_vllm_sample(piece: str) -> bool:
     """Whether a piece begins a sample of its own (a vLLM name, then labels or a value)."""
     match = _SAMPLE_NAME.match(piece)
@@ -576,12 +592,16 @@ def _readable_form(text: str) -> str | None:
         return None
     if _line_problem(text) is None:
         return text
-    row = _TABLE_ROW.match(text)
-    if row and _line_problem(f"{row.group(1)} {row.group(2)}") is None:
-        return f"{row.group(1)} {row.group(2)}"
-    unelided = _unelide(text)
-    if unelided is not None and _line_problem(unelided) is None:
-        return unelided
+    for plain in _plain_forms(text):
+        if _line_problem(plain) is None:
+            return plain
+    for plain in (text, *_plain_forms(text)):
+        row = _TABLE_ROW.match(plain)
+        if row and _line_problem(f"{row.group(1)} {row.group(2)}") is None:
+            return f"{row.group(1)} {row.group(2)}"
+        unelided = _unelide(plain)
+        if unelided is not None and _line_problem(unelided) is None:
+            return unelided
     return None
 
 
