@@ -743,6 +743,30 @@ ERROR_CASES += [
         "kv_insufficient",
         id="v0.25-hybrid-model-max-num-seqs-exceeds-mamba-cache-blocks",
     ),
+    pytest.param(
+        "ERROR 03-17 08:02:04 serving_chat.py:596] vllm.engine.multiprocessing.MQEngineDeadError: Engine loop is not "
+        "running. Inspect the stacktrace to find the original error: AssertionError('Error in model execution (input "
+        "dumped to /tmp/err_execute_model_input_20250317-080027.pkl): ').",
+        "engine_dead",
+        id="v0.7-v0-mq-engine-dead-error",
+    ),
+    pytest.param(
+        "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop is not running. If it was running, "
+        "inspect the output to find the stacktrace of the error that caused the background loop to stop "
+        "(AsyncEngineDeadError).",
+        "engine_dead",
+        id="v0.6-v0-async-engine-dead-error-background-loop-not-running",
+    ),
+    pytest.param(
+        "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored already.",
+        "engine_dead",
+        id="v0.4-v0-async-engine-dead-error-background-loop-errored",
+    ),
+    pytest.param(
+        "CRITICAL 01-24 07:01:39 launcher.py:88] AsyncLLMEngine is already dead, terminating server process",
+        "engine_dead",
+        id="v0.6-v0-launcher-engine-already-dead",
+    ),
 ]
 
 
@@ -779,10 +803,18 @@ ENGINE_DEAD = (
 )
 
 
-def test_engine_dead_after_clean_sigint_is_not_a_crash() -> None:
+@pytest.mark.parametrize(
+    "dead",
+    [
+        ENGINE_DEAD,
+        "ERROR 03-17 08:02:04 serving_chat.py:596] vllm.engine.multiprocessing.MQEngineDeadError: Engine loop is not "
+        "running. Inspect the stacktrace to find the original error: RuntimeError('cancelled')",
+    ],
+    ids=["v1-engine-dead-error", "v0-mq-engine-dead-error"],
+)
+def test_engine_dead_after_clean_sigint_is_not_a_crash(dead: str) -> None:
     parser = LogParser()
     shutdown = "(APIServer pid=1) INFO 11-29 14:48:34 [launcher.py:254] [shutdown] API server: shutdown triggered"
-    dead = ENGINE_DEAD
     out = parser.feed_line(shutdown, 1) + parser.feed_line(dead, 2)
     assert not [r for r in out if isinstance(r, ErrorRecord)]
 

@@ -616,6 +616,26 @@ LINE_KINDS: tuple[LineKind, ...] = (
         error="engine_dead",
     ),
     _row(
+        "engine_dead_v0",
+        "EngineDeadError",
+        r"(?:Async|MQ)EngineDeadError: (?:Background loop (?:has errored already|is not running)|Task finished "
+        r"unexpectedly|Engine loop is not running)",
+        "V0's API-server side of a dead engine: AsyncEngineDeadError 'Background loop has errored already.' and "
+        "'Task finished unexpectedly.' (0.2-0.6), 'Background loop is not running.' (0.5-0.7), the multiprocessing "
+        "engine's MQEngineDeadError 'Engine loop is not running.' (0.6-0.10); real reports of each",
+        "the V0 engine loop died and every request now fails; after a clean SIGINT/SIGTERM it is shutdown noise "
+        "(the message holds 'EngineDeadError', like V1's)",
+        error="engine_dead",
+    ),
+    _row(
+        "engine_dead_v0_launcher",
+        "terminating server process",
+        r"AsyncLLMEngine (?:is already dead|has failed), terminating server process",
+        "0.5-0.10 (V0 launcher.py, logged CRITICAL when a request meets a dead engine; real 0.6-0.7 reports)",
+        "the API server saw its engine dead and stops itself; a clean stop never logs it",
+        error="engine_dead",
+    ),
+    _row(
         "engine_hit_exception",
         "hit an exception",
         r"EngineCore hit an exception",
@@ -675,6 +695,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"EngineDead",
     b"fatal error",  # "EngineCore encountered a fatal error."
     b"hit an exception",  # 0.7-0.8 "EngineCore hit an exception: Traceback ..."
+    b"terminating server",  # V0 "AsyncLLMEngine is already dead, terminating server process"
     b"initialization failed",
     b"failed to start",
     b"hutdown",  # "[shutdown]", "Shutting down" is "Shutting": see below
