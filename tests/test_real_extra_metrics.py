@@ -20,20 +20,17 @@ from typing import Any
 
 import pytest
 
-from kvwatch.commands.snapshot import load, snapshot_document
 from tests.test_contract import ENTRIES as SHARED_ENTRIES
 from tests.test_contract import INDEX as SHARED_INDEX
 from tests.test_contract import check_document
-from tests.test_transport_forms import SCRAPE_FORMS
+from tests.test_transport_forms import SCRAPE_FORMS, pasted, snapshot_of
 
 INDEX = Path(__file__).parent / "fixtures" / "real-extra-metrics" / "index.json"
 ENTRIES: list[dict[str, Any]] = json.loads(INDEX.read_text())
 IDS = [Path(e["file"]).stem for e in ENTRIES]
 
 
-def _document(path: Path) -> Any:
-    reading, origin = load(str(path))
-    return json.loads(json.dumps(snapshot_document(reading, origin)))
+_document = snapshot_of
 
 
 def test_index_is_snapshot_entries_with_provenance() -> None:
@@ -57,9 +54,8 @@ def test_extra_real_scrape_meets_every_hand_read_expectation(entry: dict[str, An
 def test_extra_real_scrape_meets_its_expectations_however_it_was_pasted(
     entry: dict[str, Any], form: str, tmp_path: Path
 ) -> None:
-    source = (INDEX.parent / entry["file"]).read_text(encoding="utf-8")
-    path = tmp_path / Path(entry["file"]).name
-    path.write_text(SCRAPE_FORMS[form](source), encoding="utf-8")
+    source = INDEX.parent / entry["file"]
+    path = pasted(source, SCRAPE_FORMS[form], tmp_path / source.name)
     assert check_document(entry, _document(path)) == []
 
 
@@ -97,7 +93,6 @@ ALL_SCRAPES = [(INDEX.parent, e) for e in ENTRIES] + [
 def test_every_real_scrape_survives_more_paste_damage(
     base: Path, entry: dict[str, Any], form: str, tmp_path: Path
 ) -> None:
-    source = (base / entry["file"]).read_text(encoding="utf-8")
-    path = tmp_path / Path(entry["file"]).name
-    path.write_text(MORE_FORMS[form](source), encoding="utf-8")
+    source = base / entry["file"]
+    path = pasted(source, MORE_FORMS[form], tmp_path / source.name)
     assert check_document(entry, _document(path)) == []

@@ -156,14 +156,23 @@ SCRAPE_FORMS: dict[str, Callable[[str], str]] = {
 }
 
 
+def snapshot_of(path: Path) -> Any:
+    """The ``kvwatch.snapshot/1`` document of the exposition at ``path``, as JSON reads it back."""
+    reading, origin = load(str(path))
+    return json.loads(json.dumps(snapshot_document(reading, origin)))
+
+
+def pasted(source: Path, paste: Callable[[str], str], out: Path) -> Path:
+    """``source`` as ``paste`` would leave it, written to ``out``."""
+    out.write_text(paste(source.read_text(encoding="utf-8")), encoding="utf-8")
+    return out
+
+
 @pytest.mark.parametrize("form", SCRAPE_FORMS)
 @pytest.mark.parametrize("entry", SCRAPES, ids=[Path(e["file"]).stem for e in SCRAPES])
 def test_real_scrape_meets_its_expectations_however_it_was_pasted(
     entry: dict[str, Any], form: str, tmp_path: Path
 ) -> None:
-    source = (INDEX.parent / entry["file"]).read_text(encoding="utf-8")
-    path = tmp_path / Path(entry["file"]).name
-    path.write_text(SCRAPE_FORMS[form](source), encoding="utf-8")
-    reading, origin = load(str(path))
-    doc = json.loads(json.dumps(snapshot_document(reading, origin)))
-    assert check_document(entry, doc) == []
+    source = INDEX.parent / entry["file"]
+    path = pasted(source, SCRAPE_FORMS[form], tmp_path / source.name)
+    assert check_document(entry, snapshot_of(path)) == []
