@@ -167,6 +167,23 @@ def test_gzip_and_stdin_read_like_the_plain_file(
         assert doc["inputs"][0]["lines"] == 231
 
 
+@pytest.mark.parametrize(
+    ("bom", "codec"), [(b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be")], ids=["utf-16-le", "utf-16-be"]
+)
+def test_a_utf16_log_reads_like_the_utf8_one(
+    bom: bytes, codec: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Windows PowerShell 5's `docker logs vllm > vllm.log` writes UTF-16 with a byte-order mark and
+    # CRLF; read as bytes, it held "no vLLM log lines".
+    plain = analyze_json(SEED_LOG, capsys)
+    wide = tmp_path / "vllm.log"
+    wide.write_bytes(bom + SEED_LOG.read_text(encoding="utf-8").replace("\n", "\r\n").encode(codec))
+    doc = analyze_json(wide, capsys)
+    assert doc["stats"] == plain["stats"]
+    assert doc["diagnosis"] == plain["diagnosis"]
+    assert doc["inputs"][0]["lines"] == 231
+
+
 # ---- reports --------------------------------------------------------------------------------------
 
 

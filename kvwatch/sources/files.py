@@ -1,4 +1,5 @@
-"""Saved logs in: plain files, ``.gz``, ``-`` (stdin); fast candidate-line scanning; parallel fan-out.
+"""Saved logs in: plain files, ``.gz``, UTF-16 (a Windows PowerShell redirect), ``-`` (stdin); fast
+candidate-line scanning; parallel fan-out.
 
 Reading every line of a multi-GB log in Python is far too slow, and most lines (access lines,
 "Received request ...") say nothing about the KV cache. So logs are read as large binary chunks of
@@ -22,6 +23,7 @@ bounded by the chunk size times the ranges in flight, never by the input size.
 
 from __future__ import annotations
 
+import codecs
 import gc
 import gzip
 import os
@@ -376,14 +378,30 @@ def check_path(path: str) -> None:
         raise UsageError(f"{path}: permission denied; check the file's permissions")
 
 
+# How a saved file is stored, from its first bytes: gzip, or UTF-16 with its byte-order mark (what
+# Windows PowerShell 5's `docker logs vllm > vllm.log` writes); anything else is read as it is.
+_GZIP = b"\x1f\x8b"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _storage(path: str) -> str:
+    """``gzip``, ``utf-16`` or ``plain`` for the file at ``path``."""
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == _GZIP:
+        return "gzip"
+    return "utf-16" if magic in _UTF16_BOMS else "plain"
+
+
 def _open(path: str) -> BinaryIO:
     if path == "-":
         return sys.stdin.buffer
     try:
-        with open(path, "rb") as probe:
-            magic = probe.read(2)
-        if magic == b"\x1f\x8b":
+        storage = _storage(path)
+        if storage == "gzip":
             return gzip.open(path, "rb")  # type: ignore[return-value]
+        if storage == "utf-16":  # re-encoded as UTF-8 on the way in: the reader sees what vLLM wrote
+            return codecs.EncodedFile(open(path, "rb"), "utf-8", "utf-16", errors="replace")
         return open(path, "rb")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and its permissions") from None
@@ -407,10 +425,8 @@ def _ranges(path: str, size: int, full: bool) -> list[Range]:
 def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
     is_plain = path != "-" and os.path.isfile(path)
     size = os.path.getsize(path) if is_plain else 0
-    gz = False
-    if is_plain:
-        with open(path, "rb") as probe:
-            gz = probe.read(2) == b"\x1f\x8b"
+    # Byte ranges and the size-based choices below need the bytes on disk to be the log's bytes.
+    gz = is_plain and _storage(path) != "plain"
     if is_plain and not gz and jobs > 1 and size >= PARALLEL_MIN_BYTES:
         yield from _parallel_scans(path, size, jobs)
         return
