@@ -205,7 +205,8 @@ def test_a_failing_metrics_endpoint_is_reported_and_never_stops_the_log(
     if mode != "down":
         fake_vllm.mode = "ok"
         wait_for(lambda: value(k.port, "kvwatch_source_up", source="metrics") == 1, timeout=30, what="recovery")
-        assert "source metrics recovered" in k.stderr
+        # The gauge is set before the line is written: wait for the line rather than race it.
+        wait_for(lambda: "source metrics recovered" in k.stderr, what="the recovery line")
     assert k.stop() == 0
     assert "Traceback" not in k.stderr
     assert k.stderr.count("source metrics down") == 1  # one line per failure, not per scrape

@@ -27,6 +27,7 @@ from .server import (
     stop_process_tree,
     wait_for_http_ok,
 )
+from .test_vllm_e2e import Poll, _memory_bound_by_vllm_numbers
 
 
 class FakeCompletions(BaseHTTPRequestHandler):
@@ -252,3 +253,21 @@ def test_venv_location_follows_kvwatch_vllm_venv(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("KVWATCH_VLLM_VENV")
     assert vllm_env.venv_path() == vllm_env.DEFAULT_VENV
     assert os.fspath(vllm_env.DEFAULT_VENV).startswith("/work/.cache")  # outside any clone of the repo
+
+
+def _poll(t: float, waiting: float, kv: float) -> Poll:
+    return Poll(t=t, memory_bound=(), state=None, vllm_waiting=waiting, vllm_kv_usage=kv)
+
+
+@pytest.mark.parametrize(
+    ("polls", "expected"),
+    [
+        ([_poll(0, 0, 0.95), _poll(10, 8, 0.71)], True),  # the peak and the queue in different looks
+        ([_poll(0, 0, 0.95), _poll(70, 8, 0.71)], False),  # the peak is older than the window
+        ([_poll(0, 8, 0.71), _poll(10, 0, 0.95)], False),  # a peak after the queue emptied
+        ([_poll(0, 3, 0.90)], True),
+    ],
+    ids=["peak-then-queue", "peak-out-of-window", "peak-after-the-queue", "both-at-once"],
+)
+def test_vllm_precondition_judges_like_the_contract(polls: list[Poll], expected: bool) -> None:
+    assert _memory_bound_by_vllm_numbers(polls) is expected

@@ -392,12 +392,25 @@ def test_observed_bytes_per_token_ignores_the_blocks_override(scenario: Scenario
         )
 
 
+def _memory_bound_by_vllm_numbers(polls: list[Poll], window: float = 60.0, threshold: float = 0.9) -> bool:
+    """Some poll of vLLM's /metrics has requests waiting while the KV usage peaked at the threshold
+    within the window before it (CONTRACTS.md "Saturation": usage swings between looks, so one
+    look rarely shows both at once)."""
+    for i, poll in enumerate(polls):
+        if (poll.vllm_waiting or 0) > 0:
+            peak = max((q.vllm_kv_usage or 0.0) for q in polls[: i + 1] if poll.t - q.t <= window)
+            if peak >= threshold:
+                return True
+    return False
+
+
 def test_load_made_vllm_itself_memory_bound(scenario: Scenario) -> None:
     """Precondition of the kvwatch checks: vLLM's own numbers show requests waiting on a full pool."""
     assert scenario.load is not None, "the load never ran"
     assert scenario.load.ok > 0
     assert not scenario.load.failures, scenario.load.failures[:5]
-    assert any((p.vllm_waiting or 0) > 0 and (p.vllm_kv_usage or 0) >= 0.9 for p in scenario.under_load)
+    shown = [(round(p.t, 1), p.vllm_waiting, p.vllm_kv_usage) for p in scenario.under_load]
+    assert _memory_bound_by_vllm_numbers(scenario.under_load), f"(t, waiting, KV usage) polled: {shown}"
 
 
 def test_memory_bound_is_1_under_load(scenario: Scenario) -> None:
