@@ -398,6 +398,26 @@ STARTUP_CASES = [
         id="v0.14-model-loading-format-gib",
     ),
     pytest.param(
+        "(VllmWorkerProcess pid=880) INFO 02-07 14:50:41 hpu_model_runner.py:712] Pre-loading model weights on "
+        "hpu:0 took 79.41 GiB of device memory (79.41 GiB/94.62 GiB used) and 4.706 GiB of host memory "
+        "(98.92 GiB/1007 GiB used)",
+        {"capacity.weights_gib": 79.41},
+        id="gaudi-vllm-fork-0.6-pre-loading-weights-on-hpu",
+    ),
+    pytest.param(
+        "INFO 08-02 17:37:52 hpu_model_runner.py:442] Loading model weights took in total 14.97 GiB of device "
+        "memory (14.97 GiB/94.62 GiB used) and 2.95 GiB of host memory (475.2 GiB/1007 GiB used)",
+        {"capacity.weights_gib": 14.97},
+        id="gaudi-vllm-fork-0.5-weights-took-in-total",
+    ),
+    pytest.param(
+        "INFO 09-24 17:31:40 habana_worker.py:177] Free device memory: 79.22 GiB, 71.3 GiB usable "
+        "(gpu_memory_utilization=0.9), 7.13 GiB reserved for HPUGraphs (VLLM_GRAPH_RESERVED_MEM=0.1), 64.17 GiB "
+        "reserved for KV cache",
+        {"capacity.kv_cache_memory_gib": 64.17, "config.gpu_memory_utilization": 0.9},
+        id="gaudi-vllm-fork-0.5-free-device-memory-reserved-for-kv-cache",
+    ),
+    pytest.param(
         "INFO 11-29 14:00:52 worker.py:232] Memory profiling results: total_gpu_memory=79.19GiB "
         "initial_memory_usage=15.34GiB peak_torch_memory=17.06GiB memory_usage_post_profile=15.35Gib "
         "non_torch_memory=0.35GiB kv_cache_size=54.71GiB gpu_memory_utilization=0.90",
@@ -906,6 +926,22 @@ def test_ray_workers_on_other_nodes_are_separate_processes_of_one_run() -> None:
         "# GPU blocks: 5, # CPU blocks: 1"
     )
     assert _runs([weights.format(p=1), weights.format(p=2), weights.format(p=3), blocks]) == 1
+
+
+def test_gaudi_pre_load_then_total_weights_lines_are_one_start() -> None:
+    # HabanaAI vllm-fork 0.5-0.9: each worker prints its pre-load footprint, then the total after the HPU-graph
+    # wrap, then the KV budget and the block count: one start, not two.
+    lines = [
+        "INFO 08-02 17:37:52 hpu_model_runner.py:430] Pre-loading model weights on hpu:0 took 14.97 GiB of device "
+        "memory (14.97 GiB/94.62 GiB used) and 2.95 GiB of host memory (475.2 GiB/1007 GiB used)",
+        "INFO 08-02 17:37:52 hpu_model_runner.py:442] Loading model weights took in total 14.97 GiB of device "
+        "memory (14.97 GiB/94.62 GiB used) and 2.95 GiB of host memory (475.2 GiB/1007 GiB used)",
+        "INFO 08-02 17:37:54 hpu_worker.py:158] Free device memory: 79.16 GiB, 39.58 GiB usable "
+        "(gpu_memory_utilization=0.5), 15.83 GiB reserved for HPUGraphs (VLLM_GRAPH_RESERVED_MEM=0.4), 23.75 GiB "
+        "reserved for KV cache",
+        "INFO 08-02 17:37:54 hpu_executor.py:85] # HPU blocks: 1519, # CPU blocks: 0",
+    ]
+    assert _runs(lines) == 1
 
 
 def test_startup_lines_going_back_in_phase_start_a_run() -> None:

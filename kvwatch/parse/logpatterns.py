@@ -316,6 +316,28 @@ LINE_KINDS: tuple[LineKind, ...] = (
         fields=("capacity.weights_gib",),
         phase=3,
     ),
+    _row(
+        "weights_hpu_preload",
+        "Pre-loading model weights",
+        r"Pre-loading model weights on \S+ took " + _DEC + r" GiB of device memory",
+        "Intel Gaudi (HabanaAI vllm-fork 0.5-0.9, habana_model_runner.py / hpu_model_runner.py)",
+        "weights footprint on an HPU, whose runner measures device memory itself and never prints CUDA's"
+        " 'Loading model weights took X GB': 'Pre-loading model weights on hpu:0 took 79.41 GiB of device"
+        " memory (...)', once per worker (a real DeepSeek-R1 report); a value under 1 GiB is printed in MiB"
+        " and left out",
+        fields=("capacity.weights_gib",),
+        phase=3,
+    ),
+    _row(
+        "weights_hpu",
+        "took in total",
+        r"Loading model weights took in total " + _DEC + r" GiB of device memory",
+        "Intel Gaudi (HabanaAI vllm-fork 0.5-0.9)",
+        "the same footprint after the HPU-graph wrap, the line that follows the pre-load one (its own row, so"
+        " that one start's second weights line is not read as a second start)",
+        fields=("capacity.weights_gib",),
+        phase=3,
+    ),
     # ---- §3.4 memory profiling ----------------------------------------------------------------------
     _row(
         "profile_v064",
@@ -368,6 +390,21 @@ LINE_KINDS: tuple[LineKind, ...] = (
         "0.6.5-0.10.2 (V0, three-line layout)",
         "the memory the KV pool was sized from",
         fields=("capacity.kv_cache_memory_gib",),
+        phase=4,
+    ),
+    _row(
+        "profile_kv_hpu",
+        "reserved for KV cache",
+        r"Free device memory: .*?usable \(gpu_memory_utilization="
+        + _DEC
+        + r"\).*?\b"
+        + _DEC
+        + r" GiB reserved for KV cache",
+        "Intel Gaudi (HabanaAI vllm-fork 0.5-0.9, habana_worker.py / hpu_worker.py)",
+        "the HPU worker's one-line budget ('Free device memory: 79.22 GiB, 71.3 GiB usable"
+        " (gpu_memory_utilization=0.9), 7.13 GiB reserved for HPUGraphs (...), 64.17 GiB reserved for KV cache'):"
+        " the memory the KV pool was sized from, which no CUDA-worded row reads",
+        fields=("config.gpu_memory_utilization", "capacity.kv_cache_memory_gib"),
         phase=4,
     ),
     _row(
