@@ -449,20 +449,10 @@ def _read_samples(text: str) -> tuple[list[Sample], set[str], list[tuple[int, st
                 in_help = ln.text.startswith("# HELP ")
                 i += 1
                 continue
-            plain = next((p for p in _plain_forms(ln.text) if _line_problem(p) is None), None)
-            if plain is not None:
-                # rich-text copy turned quotes curly and spaces non-breaking, or the text went
-                # through JSON or HTML escaping: undone only when the plain line then reads
-                kept.append(RepairedLine(ln.number, plain))
-                in_help = plain.startswith("# HELP ")
-                i += 1
-                continue
-            unelided = next(
-                (u for p in (ln.text, *_plain_forms(ln.text)) if (u := _unelide(p)) and _line_problem(u) is None), None
-            )
-            if unelided is not None:
-                kept.append(RepairedLine(ln.number, unelided))
-                in_help = False
+            fixed = _repaired_line(ln.text)
+            if fixed is not None:
+                kept.append(RepairedLine(ln.number, fixed))
+                in_help = fixed.startswith("# HELP ")
                 i += 1
                 continue
             rejoined = _rejoin_wrapped(good, i)
@@ -592,14 +582,24 @@ def _readable_form(text: str) -> str | None:
         return None
     if _line_problem(text) is None:
         return text
-    for plain in _plain_forms(text):
+    return _repaired_line(text)
+
+
+def _repaired_line(line: str) -> str | None:
+    """``line`` as it reads once what a paste did to it alone is undone, else None.
+
+    In order: curly quotes and no-break spaces of a rich-text copy, or JSON (``\\"``) or HTML
+    (``&quot;``) escaping; then, on the line or those forms, a Markdown table row or a label set
+    elided with ``...``. Each is used only when the result then reads.
+    """
+    for plain in _plain_forms(line):
         if _line_problem(plain) is None:
             return plain
-    for plain in (text, *_plain_forms(text)):
-        row = _TABLE_ROW.match(plain)
+    for form in (line, *_plain_forms(line)):
+        row = _TABLE_ROW.match(form)
         if row and _line_problem(f"{row.group(1)} {row.group(2)}") is None:
             return f"{row.group(1)} {row.group(2)}"
-        unelided = _unelide(plain)
+        unelided = _unelide(form)
         if unelided is not None and _line_problem(unelided) is None:
             return unelided
     return None
