@@ -202,6 +202,16 @@ def test_record_cut_into_several_lines_by_a_narrow_terminal_is_joined(record: st
     assert rec._replace(line=1) == whole._replace(line=1)
 
 
+def test_a_whole_record_glued_before_one_cut_in_its_first_words_is_kept() -> None:
+    # Two records on one physical line (no newline between them), the second cut by the console
+    # inside "Avg prompt throughput:": the first is whole and must survive the join of the second.
+    second = V1_083.replace("14:05:10", "14:05:20").replace("Running: 4", "Running: 5")
+    cut = second.index("Avg prompt") + 6
+    parser = LogParser()
+    out = parser.feed_line(V1_083 + second[:cut], 1) + parser.feed_line(second[cut:], 2) + parser.finish()
+    assert [r.running for r in out if isinstance(r, StatsRecord)] == [4, 5]
+
+
 def test_a_cut_record_takes_no_line_after_its_last_short_piece() -> None:
     # A record with a fork's suffix never ends in "%", so it always looks cut. Its last piece is
     # shorter than the terminal: the bare line after it (an OOM, no prefix) is a line of its own.

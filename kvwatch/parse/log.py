@@ -321,6 +321,9 @@ class LineScan:
     stop_signal: bool = False  # a shutdown marker that also judges an EngineDeadError before it
     # A trailing stats record cut short at the end of the line (hard wrap): (text, start, time)
     open_stats: tuple[str, int, LogTime | None] | None = None
+    # Whether ``records`` ends with what could be read of that record (not when the cut fell
+    # inside its "Avg prompt throughput:": then nothing of it could be)
+    open_read: bool = False
     # The line's length as read and once cleaned: a terminal's width if it wrapped the line (it
     # counted colour codes as nothing; a paste that kept them as text, as characters).
     widths: tuple[int, int] = (0, 0)
@@ -369,6 +372,7 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
                 # Cut short at the end of the physical line: a terminal hard-wrapped it (fixture
                 # 026). LogParser joins it with the next line; parse_line alone reads what is here.
                 out.open_stats = (text[max(0, s - 40) :], min(s, 40), ts)
+                out.open_read = True
             out.records.append(parse_stats(text, s, end, lineno, ts))
         # The rest of a stats segment holds no other kind (MFU suffix etc. is vLLM's own text).
         return
@@ -535,7 +539,21 @@ _CONTINUATION_BLOCKERS = re.compile(r"^\s*(?:\d{4}-\d\d-\d\dT|\(|\[|(?:DEBUG|INF
 # A stats record is about 200-330 characters, up to ~400 behind docker's and vLLM's prefixes: an
 # 80-column terminal cuts it into up to five lines, a 160-column one (real fixture 026) into two.
 MAX_WRAP_LINES = 6
-_Pending = tuple[int, int, tuple[str, int, LogTime | None], list[LogRecord], list[LogRecord], tuple[int, int], int]
+
+
+@dataclass(slots=True)
+class _Wrapped:
+    """A stats record a hard wrap cut, waiting for the rest of it on the lines that follow."""
+
+    line: int  # where it starts
+    last: int  # the last line joined to it so far
+    text: str  # its text so far, from a little before the record
+    start: int  # where "Avg prompt throughput:" starts in ``text``
+    ts: LogTime | None
+    others: list[LogRecord]  # the other records of its first line
+    records: list[LogRecord]  # what the lines so far give out if nothing more joins
+    widths: tuple[int, int]  # its first line's (see LineScan.widths)
+    joined: int = 0  # lines joined to it so far
 
 
 class LogParser:
@@ -547,11 +565,7 @@ class LogParser:
 
     def __init__(self) -> None:
         self.lines = 0
-        # (lineno, (open text, stats start, time), records of that line)
-        # A stats record cut by a hard wrap: (its line, the last line joined so far, (open text,
-        # stats start, time), the other records of its line, all of them with the record as read
-        # so far, the opening line's widths, lines joined so far)
-        self._pending: _Pending | None = None
+        self._pending: _Wrapped | None = None
         self._stats_in_run = False
         self._max_phase: dict[str, int] = {}  # highest startup phase per process in the current run
         self._seen: set[tuple[str, str]] = set()  # (row name, process) in the current run
@@ -582,11 +596,10 @@ class LogParser:
         self.lines = max(self.lines, lineno)
         out: list[LogRecord] = []
         if self._pending is not None:
-            p_line, p_last, (p_text, p_start, p_ts), p_others, p_records, widths, joined_lines = self._pending
-            self._pending = None
+            wrapped, self._pending = self._pending, None
             cleaned = clean(line)
             if (
-                lineno == p_last + 1
+                lineno == wrapped.last + 1
                 and cleaned
                 and not _CONTINUATION_BLOCKERS.match(cleaned)
                 and P.VLLM_HEADER.search(cleaned) is None  # a record of its own behind a shipper prefix
@@ -594,34 +607,29 @@ class LogParser:
                 # in "%.  |" and look cut, but the next row is a record of its own (real 0.x report).
                 and P.STATS_START not in cleaned
                 # a line cut inside "Avg prompt throughput:" (or one that only looked so) reads on
-                and (p_text + cleaned[: len(P.STATS_START)]).startswith(P.STATS_START, p_start)
+                and (wrapped.text + cleaned[: len(P.STATS_START)]).startswith(P.STATS_START, wrapped.start)
             ):
-                # The joined record replaces the partial one the first line produced.
-                joined = p_text + cleaned
-                records = [*p_others, parse_stats(joined, p_start, len(joined), p_line, p_ts)]
+                # The joined record replaces what its first line alone gave.
+                text = wrapped.text + cleaned
+                wrapped.records = [
+                    *wrapped.others,
+                    parse_stats(text, wrapped.start, len(text), wrapped.line, wrapped.ts),
+                ]
+                wrapped.text, wrapped.last, wrapped.joined = text, lineno, wrapped.joined + 1
                 # Cut at the same width: more follows, even right after a percentage (a piece may
                 # end in "KV cache usage: 0.0%" and the next hold the "Prefix cache hit rate").
-                full = len(cleaned) in widths or len(line.rstrip("\r\n")) in widths
-                if full and joined_lines + 2 < MAX_WRAP_LINES:
-                    self._pending = (
-                        p_line,
-                        lineno,
-                        (joined, p_start, p_ts),
-                        p_others,
-                        records,
-                        widths,
-                        joined_lines + 1,
-                    )
+                full = len(cleaned) in wrapped.widths or len(line.rstrip("\r\n")) in wrapped.widths
+                if full and wrapped.joined + 1 < MAX_WRAP_LINES:
+                    self._pending = wrapped
                 else:
-                    out.extend(records)
+                    out.extend(wrapped.records)
                 return out
-            out.extend(p_records)
+            out.extend(wrapped.records)
         scan = self._apply(scan, lineno)
         if scan.open_stats is not None:
-            # The open record is the line's last one, unless the cut fell inside its first words.
-            cut_early = not scan.records or not isinstance(scan.records[-1], StatsRecord)
-            others = scan.records if cut_early else scan.records[:-1]
-            self._pending = (lineno, lineno, scan.open_stats, others, scan.records, scan.widths, 0)
+            text, start, ts = scan.open_stats
+            others = scan.records[:-1] if scan.open_read else scan.records
+            self._pending = _Wrapped(lineno, lineno, text, start, ts, others, scan.records, scan.widths)
             return out
         out.extend(scan.records)
         return out
@@ -661,7 +669,7 @@ class LogParser:
         """Flush what still waits: a stats record cut at the end, an engine death not yet judged."""
         records: list[LogRecord] = []
         if self._pending is not None:
-            records = self._pending[4]
+            records = self._pending.records
             self._pending = None
         if self._dead is not None:
             records = sorted([*records, self._dead], key=lambda r: r.line)

@@ -13,7 +13,7 @@ whole lines, and only *candidate* physical lines are decoded and parsed:
   of WINDOW_BYTES around startup lines (with the neighbouring chunk's bytes as context);
 * a line whose KV usage has no record start before it brings the lines before (the first part of a
   hard-wrapped record), and a record that does not end in its last percentage brings the next
-  few lines (an 80-column terminal cuts one into four).
+  few lines (an 80-column terminal cuts one into up to five).
 
 Candidates go through the one ``LogParser`` in order, with their true line numbers. A large plain
 file is cut into chunk-sized byte ranges scanned (and parsed) by worker processes; results come
@@ -426,8 +426,8 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
     is_plain = path != "-" and os.path.isfile(path)
     size = os.path.getsize(path) if is_plain else 0
     # Byte ranges and the size-based choices below need the bytes on disk to be the log's bytes.
-    gz = is_plain and _storage(path) != "plain"
-    if is_plain and not gz and jobs > 1 and size >= PARALLEL_MIN_BYTES:
+    as_on_disk = is_plain and _storage(path) == "plain"
+    if as_on_disk and jobs > 1 and size >= PARALLEL_MIN_BYTES:
         yield from _parallel_scans(path, size, jobs)
         return
     fh = _open(path)
@@ -439,7 +439,7 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
         held_bytes = 0  # bytes of the held pieces
         offset = 0  # input offset of the oldest held piece
         before = b""
-        small = is_plain and not gz and size <= FULL_SCAN_BYTES
+        small = as_on_disk and size <= FULL_SCAN_BYTES
         for piece in _pieces(fh):
             held.append(piece)
             held_bytes += piece[2] - piece[1]
