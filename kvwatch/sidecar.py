@@ -31,6 +31,8 @@ from kvwatch.sources.lines import LineSource
 
 if TYPE_CHECKING:
     from kvwatch.reconcile.architecture import Architecture
+    from kvwatch.reconcile.facts import ServerFacts
+    from kvwatch.reconcile.pool import RequestShape
     from kvwatch.sources.child import ChildProcess
     from kvwatch.sources.scrape import MetricsScraper
 
@@ -304,59 +306,50 @@ def _redact(url: str | None) -> str:
     return redact(url)
 
 
-def _model_named_in_log(facts: dict[str, object]) -> Architecture | None:
+def _model_named_in_log(facts: ServerFacts) -> Architecture | None:
     """Without --model/--model-config: the model the log names, when kvwatch knows it (catalogue,
     HF cache or a readable path) and the log's own KV figures agree with it."""
-    from kvwatch.reconcile import capacity
+    from kvwatch.reconcile.expectation import model_from_facts
 
-    return capacity.model_from_log(capacity.nest_facts(facts))
+    return model_from_facts(facts)
 
 
-def expected_for(arch: Architecture | None, facts: dict[str, object], settings: WatchSettings) -> Expected | None:
-    """The config.json expectation under the server's settings as known now (log, cache_config, flags)."""
-    from kvwatch.reconcile import capacity
+def expected_for(arch: Architecture | None, facts: ServerFacts, settings: WatchSettings) -> Expected | None:
+    """The config.json expectation under the server's settings as known now (log, cache_config, flags).
+
+    Every number comes from the one capacity model (kvwatch.reconcile.expectation), the same
+    functions ``kvwatch capacity`` and ``kvwatch analyze`` call.
+    """
+    from kvwatch.reconcile import expectation as model
 
     if arch is None:
         return None
-
-    known = dict(facts)
-    # /metrics' cache_config_info stands in for what the log did not say (e.g. the sidecar started late).
-    for field, key in (
-        ("config.block_size", "cache_config.block_size"),
-        ("config.kv_cache_dtype", "cache_config.cache_dtype"),
-    ):
-        if known.get(field) is None and known.get(key) is not None:
-            known[field] = known[key]
-    for field, value in (
-        ("config.kv_cache_dtype", settings.kv_cache_dtype),
-        ("config.tensor_parallel_size", settings.tensor_parallel_size),
-    ):
-        if known.get(field) is None and value is not None:
-            known[field] = value
-    known = {k: v for k, v in known.items() if not k.startswith("cache_config.")}
+    known = facts.with_flags(settings.kv_cache_dtype, settings.tensor_parallel_size)
     try:
-        base = capacity.expected_from_facts(arch, known)
+        expected = model.expectation(arch, known)
     except UsageError as exc:
         log.warning("mismatch: no expectation from %s: %s", arch.name, exc)
         return None
 
     def pool_tokens_for(kv_bytes: float) -> float:
-        est = capacity.expected_from_facts(arch, {**known, "capacity.kv_cache_memory_gib": kv_bytes / (1 << 30)})
+        est = model.expected_estimate(arch, known, pool_blocks=None, pool_tokens=None, pool_bytes=int(kv_bytes))
         return float(est.pool_tokens or 0)
 
-    def whatif(pool_tokens: float, request_tokens: float) -> dict[str, float]:
-        """Max concurrency at the observed request size if one lever were pulled."""
-        facts_now = {**known, "capacity.kv_cache_tokens": int(pool_tokens), "requests.p95_tokens": int(request_tokens)}
-        facts_now.pop("capacity.kv_cache_memory_gib", None)
-        facts_now.pop("capacity.gpu_blocks", None)
-        dep = capacity.deployment_from_analysis(capacity.nest_facts(facts_now), arch)
-        try:
-            rows = capacity.levers(arch, dep)
-        except UsageError:
-            return {}
-        return {r.lever: r.max_concurrency for r in rows if r.max_concurrency is not None}
+    def whatif(pool_tokens: float, request: RequestShape) -> dict[str, float]:
+        """Max concurrency for the observed request size if one lever were pulled."""
+        return model.whatif_concurrency(model.lever_rows(known, arch, request, pool_tokens))
 
-    return Expected(bytes_per_token=float(base.kv_bytes_per_token), pool_tokens_for=pool_tokens_for, whatif=whatif)
+    def concurrency_at(pool_tokens: float) -> float | None:
+        return model.concurrency_at_max_model_len(arch, known, pool_tokens)
+
+    return Expected(
+        bytes_per_token=expected.bytes_per_token,
+        pool_tokens_for=pool_tokens_for,
+        whatif=whatif,
+        pool_tokens=expected.pool_tokens,
+        max_concurrency_at_max_model_len=expected.max_concurrency_at_max_model_len,
+        concurrency_at=concurrency_at,
+    )
 
 
 def child_process(argv: list[str]) -> ChildProcess:

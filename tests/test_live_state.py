@@ -189,7 +189,7 @@ def test_label_values_are_bounded_when_engines_multiply() -> None:
 
 def _full_state() -> LiveState:
     def expected(_facts: dict[str, object]) -> Expected:
-        return Expected(1024, lambda b: b // 1024, lambda pool, req: {"fp8_kv_cache": 2 * pool / req})
+        return Expected(1024, lambda b: b // 1024, lambda pool, req: {"fp8_kv_cache": 2 * pool / req.context_tokens})
 
     state = LiveState(expected=expected)
     for f in [*SEED_FACTS, _fact("capacity.kv_cache_memory_gib", 0.04), _fact("config.max_num_seqs", 256)]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kvwatch.reconcile.saturation import STATES as SATURATION_STATES
+
 ENGINE_LABELS = ("model_name", "engine")
 
 
@@ -30,10 +32,8 @@ class MetricSpec:
         return (ENGINE_LABELS if self.per_engine else ()) + self.labels
 
 
-STATES = ("idle", "ok", "memory_bound", "seq_bound", "queued", "preempting")
-"""Saturation states (CONTRACTS.md "Saturation"); ``queued`` is kvwatch's extension: requests wait
-while KV usage stayed below the threshold and running < max_num_seqs (scheduler token budget,
-deferred requests, or an unknown max_num_seqs)."""
+# The saturation states are defined once, in kvwatch.reconcile.saturation; re-exported here.
+STATES = SATURATION_STATES
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+# CAPACITY_KEYS / CONFIG_KEYS: re-exported for modules that imported them from here.
+from kvwatch.reconcile.facts import CAPACITY_KEYS, CONFIG_KEYS, FactsBuilder, ServerFacts  # noqa: F401
 from kvwatch.reconcile.saturation import VERDICT_ORDER, SaturationJudge
 from kvwatch.records import (
     ErrorRecord,
@@ -45,35 +47,6 @@ STATS_LAST_KEYS = (
     "external_prefix_hit_pct",
     "prompt_tps",
     "gen_tps",
-)
-CAPACITY_KEYS = (
-    "device",
-    "gpu_blocks",
-    "cpu_blocks",
-    "block_size",
-    "kv_cache_tokens",
-    "kv_cache_memory_gib",
-    "weights_gib",
-    # Additive (not in CONTRACTS.md): the blocks vLLM computed from its KV memory before
-    # --num-gpu-blocks-override replaced them; what the memory figure is to be checked against.
-    "computed_gpu_blocks",
-)
-CONFIG_KEYS = (
-    "vllm_version",
-    "model",
-    "served_model_name",
-    "dtype",
-    "kv_cache_dtype",
-    "max_seq_len",
-    "block_size",
-    "gpu_memory_utilization",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "data_parallel_size",
-    "enable_prefix_caching",
-    "quantization",
-    "max_num_seqs",
-    "max_num_batched_tokens",
 )
 
 
@@ -232,7 +205,7 @@ class Analysis:
         self.warnings = 0
         self.max_cumulative: int | None = None
         self.from_stats = 0
-        self.facts: dict[str, Any] = {}
+        self.server = FactsBuilder()
         self.errors: list[dict[str, Any]] = []
         self.errors_total = 0
         self.prefix_hit_v0: PrefixHitRecord | None = None
@@ -251,7 +224,7 @@ class Analysis:
         self.worst_pool: int | None = None
         self._window = window_seconds
         self._threshold = threshold
-        self._max_num_seqs: int | None = None  # facts["config.max_num_seqs"] when an int
+        self._max_num_seqs: int | None = None  # the facts record's max_num_seqs, kept for the hot path
 
     # ---- input -------------------------------------------------------------------------------
     def add_input(self, path: str, lines: int, nbytes: int) -> None:
@@ -271,9 +244,8 @@ class Analysis:
             if isinstance(rec, StatsRecord):
                 self._stats(rec, source)
             elif isinstance(rec, FactRecord):
-                self.facts[rec.field] = rec.value
-                if rec.field == "config.max_num_seqs":
-                    self._max_num_seqs = rec.value if isinstance(rec.value, int) else None
+                self.server.add(rec)
+                self._max_num_seqs = self.server.facts().max_num_seqs
                 self._open_run(source)
             elif isinstance(rec, RunStartRecord):
                 self.runs += 1
@@ -413,7 +385,7 @@ class Analysis:
                 self.worst.waiting or 0,
             ):
                 self.worst = rec
-                pool = self.facts.get("capacity.kv_cache_tokens")
+                pool = self.server.facts().capacity.kv_cache_tokens
                 self.worst_pool = pool if isinstance(pool, int) else None
         elif ep is not None:
             # The episode lasts until the record that shows it over.
@@ -440,12 +412,13 @@ class Analysis:
                 return state
         return "unknown"
 
-    def _fact(self, name: str) -> Any:
-        return self.facts.get(name)
+    def server_facts(self) -> ServerFacts:
+        """What the server stated about itself, as one record."""
+        return self.server.facts()
 
     def summary(self, verdict: str) -> str:
         """One plain sentence with the numbers behind the verdict."""
-        pool = self._fact("capacity.kv_cache_tokens")
+        pool = self.server.facts().capacity.kv_cache_tokens
         if verdict == "memory_bound" and self.worst is not None:
             w = self.worst
             kv = w.kv_usage_pct or 0.0
@@ -467,8 +440,9 @@ class Analysis:
             return "no stats records: the log does not show how the server was loaded"
         peak = f"{self.max_kv:.1f} %" if self.max_kv is not None else "unknown"
         if verdict == "seq_bound":
+            limit = self.server.facts().config.max_num_seqs
             return (
-                f"seq-bound: up to {self.max_running} running (max_num_seqs {self._fact('config.max_num_seqs')}), "
+                f"seq-bound: up to {self.max_running} running (max_num_seqs {limit}), "
                 f"up to {self.max_waiting} waiting; KV usage peaked at {peak}"
             )
         if verdict == "queued":
@@ -501,12 +475,9 @@ class Analysis:
             )
         else:
             last_doc = dict.fromkeys(STATS_LAST_KEYS)
-        capacity: dict[str, Any] = {k: self._fact(f"capacity.{k}") for k in CAPACITY_KEYS}
-        capacity["max_concurrency"] = {
-            "tokens_per_request": self._fact("capacity.max_concurrency.tokens_per_request"),
-            "ratio": self._fact("capacity.max_concurrency.ratio"),
-        }
-        config = {k: self._fact(f"config.{k}") for k in CONFIG_KEYS}
+        facts = self.server.facts()
+        capacity = facts.capacity_section()
+        config = facts.config_section()
         verdict = self.verdict()
         engines = [
             {

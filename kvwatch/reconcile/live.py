@@ -17,9 +17,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvwatch import __version__
-from kvwatch.export.catalogue import STATES
 from kvwatch.parse.histogram import bucket_delta, bucket_quantile
-from kvwatch.reconcile.saturation import DEFAULT_THRESHOLD, DEFAULT_WINDOW_SECONDS, Observation, SaturationJudge
+from kvwatch.reconcile.expectation import request_from_histograms, request_from_stats
+from kvwatch.reconcile.facts import FactsBuilder, ServerFacts
+from kvwatch.reconcile.pool import RequestShape
+from kvwatch.reconcile.saturation import (
+    DEFAULT_THRESHOLD,
+    DEFAULT_WINDOW_SECONDS,
+    STATES,
+    Observation,
+    SaturationJudge,
+)
 from kvwatch.records import (
     EngineSample,
     ErrorRecord,
@@ -60,20 +68,28 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """What the model's config predicts, given the server's settings (from capacity's model).
+    """What the model's config predicts, given the server's settings (the capacity model's).
 
-    ``bytes_per_token`` is per GPU; ``pool_tokens_for(kv_bytes)`` turns KV memory into pool
-    tokens as vLLM would (whole blocks); ``lever_concurrency(pool_tokens, request_tokens)``
-    gives the what-if table. All optional: without a config.json there is no expectation.
+    ``bytes_per_token`` is per GPU. ``pool_tokens`` is the pool vLLM would print for the KV memory
+    it reported (or for its --num-gpu-blocks-override) and ``max_concurrency_at_max_model_len``
+    the "Maximum concurrency" it would print for that pool: both from
+    ``kvwatch.reconcile.expectation``, per vLLM version and KV-cache group layout (sliding-window
+    and hybrid models included). ``pool_tokens_for(kv_bytes)`` is the older form of the first, for
+    callers that pass only it. ``concurrency_at(pool_tokens)`` is vLLM's startup figure for an
+    observed pool. ``whatif(pool_tokens, request)`` gives the what-if table for a request size.
+    All optional: without a config.json there is no expectation.
     """
 
     bytes_per_token: float | None
     pool_tokens_for: Callable[[float], float] | None = None
-    whatif: Callable[[float, float], dict[str, float]] | None = None
+    whatif: Callable[[float, RequestShape], dict[str, float]] | None = None
+    pool_tokens: float | None = None
+    max_concurrency_at_max_model_len: float | None = None
+    concurrency_at: Callable[[float], float | None] | None = None
 
 
-ExpectedFactory = Callable[[dict[str, object]], Expected | None]
-"""Builds the expectation from the facts known so far (kv_cache_dtype, tp, block size, ...)."""
+ExpectedFactory = Callable[[ServerFacts], Expected | None]
+"""Builds the expectation from the server's facts known so far (kv_cache_dtype, tp, block size, ...)."""
 
 
 class _Counter:
@@ -138,15 +154,14 @@ class LiveState:
         self.threshold = threshold
         self.scrape_interval = scrape_interval
         self._max_num_seqs_override = max_num_seqs
-        self.facts: dict[str, object] = {}
-        self.cache_config: dict[str, object] = {}
+        self.server = FactsBuilder()
         self.engines: dict[str, _Engine] = {}
         self.record_counts: dict[str, float] = {}
         self.sources: dict[str, dict[str, float | None]] = {}
         self._source_up: dict[str, bool] = {}
         self._mismatch_logged: set[str] = set()
         self._expected: Expected | None = None
-        self._expected_key: tuple[object, ...] | None = None
+        self._expected_key: ServerFacts | None = None
 
     # ------------------------------------------------------------------ inputs
 
@@ -164,7 +179,7 @@ class LiveState:
                 events += self._judge(eng, now)
         elif isinstance(record, FactRecord):
             self._count("startup")
-            self.facts[record.field] = record.value
+            self.server.add(record)
             events += self._reconcile_events()
         elif isinstance(record, PreemptionRecord):
             self._count("preemption")
@@ -192,7 +207,7 @@ class LiveState:
         """Apply one successful /metrics scrape."""
         events: list[Event] = []
         if snapshot.cache_config:
-            self.cache_config = dict(snapshot.cache_config)
+            self.server.set_cache_config(snapshot.cache_config)
         for sample in snapshot.engines:
             eng = self._engine(sample.engine or "0")
             if sample.model_name:
@@ -232,35 +247,31 @@ class LiveState:
 
     # ------------------------------------------------------------------ derived values
 
+    def facts(self) -> ServerFacts:
+        """What the server stated about itself so far (log facts and cache_config_info)."""
+        return self.server.facts()
+
     def max_num_seqs(self) -> int | None:
         """vLLM's max_num_seqs: the override, the log's args, or None."""
         if self._max_num_seqs_override is not None:
             return self._max_num_seqs_override
-        value = self.facts.get("config.max_num_seqs")
-        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        return self.facts().max_num_seqs
 
     def pool_tokens(self) -> dict[str, float]:
         """Pool size in tokens by source: log, metrics, config (expected)."""
+        facts = self.facts()
         out: dict[str, float] = {}
-        tokens = _num(self.facts.get("capacity.kv_cache_tokens"))
-        blocks = _num(self.facts.get("capacity.gpu_blocks"))
-        block_size = _num(self.facts.get("capacity.block_size")) or _num(self.facts.get("config.block_size"))
-        if tokens is not None:
-            out["log"] = tokens
-        elif blocks is not None and block_size:
-            out["log"] = blocks * block_size
-        m_tokens = _num(self.cache_config.get("kv_cache_size_tokens"))
-        m_blocks = _num(self.cache_config.get("num_gpu_blocks"))
-        m_block_size = _num(self.cache_config.get("block_size"))
-        if m_tokens is not None:
-            out["metrics"] = m_tokens
-        elif m_blocks is not None and m_block_size:
-            out["metrics"] = m_blocks * m_block_size
+        if facts.log_pool_tokens is not None:
+            out["log"] = facts.log_pool_tokens
+        if facts.metrics_pool_tokens is not None:
+            out["metrics"] = facts.metrics_pool_tokens
         expected = self.expected()
-        kv_bytes = self.kv_memory_bytes()
-        override = self._override_blocks()
-        size = block_size or m_block_size
-        if override is not None and size:
+        kv_bytes = facts.kv_memory_bytes
+        override = facts.override_blocks
+        size = facts.block_size
+        if expected and expected.pool_tokens is not None:
+            out["config"] = expected.pool_tokens
+        elif override is not None and size:
             # --num-gpu-blocks-override replaces vLLM's computed pool: the expectation is the override.
             out["config"] = override * size
         elif expected and expected.pool_tokens_for and kv_bytes is not None:
@@ -269,41 +280,33 @@ class LiveState:
 
     def kv_memory_bytes(self) -> float | None:
         """KV-cache memory vLLM reports (log GiB, or cache_config's kv_cache_memory_bytes)."""
-        gib = _num(self.facts.get("capacity.kv_cache_memory_gib"))
-        if gib is not None:
-            return gib * GIB
-        return _num(self.cache_config.get("kv_cache_memory_bytes"))
+        return self.facts().kv_memory_bytes
 
     def bytes_per_token(self) -> dict[str, float]:
         """KV bytes per token by source: config (expected) and observed (log memory / log pool)."""
+        facts = self.facts()
         out: dict[str, float] = {}
         expected = self.expected()
         if expected and expected.bytes_per_token:
             out["config"] = expected.bytes_per_token
-        kv_bytes = self.kv_memory_bytes()
+        kv_bytes = facts.kv_memory_bytes
         pool = self.pool_tokens()
         observed_pool = pool.get("log") or pool.get("metrics")
-        computed = _num(self.facts.get("capacity.computed_gpu_blocks"))
-        block_size = _num(self.facts.get("config.block_size")) or _num(self.cache_config.get("block_size"))
+        computed = facts.computed_blocks
+        block_size = facts.config_block_size
         if computed is not None and block_size:
             # With an override, the KV memory held the blocks vLLM computed before overriding.
             observed_pool = computed * block_size
-        elif self._override_blocks() is not None:
+        elif facts.override_blocks is not None:
             observed_pool = None  # the pool is the override, unrelated to the memory figure
         if kv_bytes and observed_pool:
             out["observed"] = kv_bytes / observed_pool
         return out
 
-    def _override_blocks(self) -> float | None:
-        if "capacity.computed_gpu_blocks" in self.facts:
-            return _num(self.facts.get("capacity.gpu_blocks"))
-        return _num(self.cache_config.get("num_gpu_blocks_override"))
-
     def max_model_len(self) -> float | None:
         """max_model_len as the log or the concurrency line states it."""
-        return _num(self.facts.get("config.max_seq_len")) or _num(
-            self.facts.get("capacity.max_concurrency.tokens_per_request")
-        )
+        value = self.facts().max_model_len
+        return float(value) if value is not None else None
 
     def request_tokens(self, eng: _Engine) -> dict[str, float]:
         """Observed KV footprint of one request (prompt + generation) at p50 and p95."""
@@ -336,15 +339,34 @@ class LiveState:
         per_request = tokens * stats.kv_usage_pct / 100.0 / stats.running
         return {"0.5": per_request, "0.95": per_request} if per_request > 0 else {}
 
+    def request_shape(self, eng: _Engine) -> RequestShape | None:
+        """The request size the what-ifs are computed for, and where it came from.
+
+        The p95 of vLLM's prompt and of its generation token histograms over the window (kept
+        apart, so a prompt lever changes only the prompt), else the log's pool x KV usage /
+        running (``kvwatch.reconcile.expectation.request_from_stats``, the rule analyze uses too).
+        """
+        if eng.footprint:
+            first = eng.footprint[0][1] if len(eng.footprint) >= 2 else None
+            last = eng.footprint[-1][1]
+            parts = []
+            for attr in ("request_prompt_tokens", "request_generation_tokens"):
+                old = getattr(first, attr) if first is not None else None
+                parts.append(_window_quantile(0.95, getattr(last, attr), old))
+            shape = request_from_histograms(parts[0], parts[1])
+            if shape is not None:
+                return shape
+        pool = self.pool_tokens()
+        return request_from_stats(pool.get("log") or pool.get("metrics"), eng.log_stats)
+
     def expected(self) -> Expected | None:
         """The config.json expectation for the facts known now (rebuilt when they change)."""
         if self._expected_factory is None:
             return None
-        known = {**{f"cache_config.{k}": v for k, v in self.cache_config.items()}, **self.facts}
-        key = tuple(sorted((k, repr(v)) for k, v in known.items()))
-        if key != self._expected_key:
-            self._expected = self._expected_factory(known)
-            self._expected_key = key
+        facts = self.facts()
+        if facts != self._expected_key:
+            self._expected = self._expected_factory(facts)
+            self._expected_key = facts
         return self._expected
 
     # ------------------------------------------------------------------ output
@@ -363,12 +385,11 @@ class LiveState:
         for kind, count in sorted(self.record_counts.items()):
             out.append(Sample("kvwatch_log_records_total", (("kind", kind),), count))
 
-        engines = self.engines or ({"0": self._engine("0")} if self.facts or self.cache_config else {})
+        facts = self.facts()
+        engines = self.engines or ({"0": self._engine("0")} if self.server.stated else {})
         pool = self.pool_tokens()
         bpt = self.bytes_per_token()
-        kv_bytes = self.kv_memory_bytes()
-        mml = self.max_model_len()
-        block_size = _num(self.facts.get("config.block_size")) or _num(self.cache_config.get("block_size"))
+        kv_bytes = facts.kv_memory_bytes
         mns = self.max_num_seqs()
         expected = self.expected()
         ratios = sorted(self.reconcile_ratios().items())  # server-wide, computed once per render
@@ -383,7 +404,7 @@ class LiveState:
                 put("kvwatch_kv_pool_tokens", value, (("source", source),))
             for source, value in sorted(bpt.items()):
                 put("kvwatch_kv_bytes_per_token", value, (("source", source),))
-            if kv_bytes is not None and self._override_blocks() is None:
+            if kv_bytes is not None and facts.override_blocks is None:
                 # With --num-gpu-blocks-override the memory figure is what was available, not the pool.
                 put("kvwatch_kv_pool_bytes", kv_bytes, (("source", "log"),))
             if bpt.get("config") and pool.get("config"):
@@ -393,16 +414,13 @@ class LiveState:
             req = self.request_tokens(eng)
             for quantile, value in sorted(req.items()):
                 put("kvwatch_request_tokens", value, (("quantile", quantile),))
-            if observed_pool and mml:
-                put(
-                    "kvwatch_max_concurrency",
-                    _concurrency_at_len(observed_pool, mml, block_size),
-                    (("basis", "max_model_len"),),
-                )
+            if observed_pool:
+                put("kvwatch_max_concurrency", self._concurrency_at_len(observed_pool), (("basis", "max_model_len"),))
             if observed_pool and req.get("0.95"):
                 put("kvwatch_max_concurrency", observed_pool / req["0.95"], (("basis", "observed_p95"),))
-                if expected and expected.whatif:
-                    for lever, value in sorted(expected.whatif(observed_pool, req["0.95"]).items()):
+                shape = self.request_shape(eng)
+                if expected and expected.whatif and shape is not None:
+                    for lever, value in sorted(expected.whatif(observed_pool, shape).items()):
                         put("kvwatch_whatif_max_concurrency", value, (("lever", lever),))
             for check, ratio in ratios:
                 put("kvwatch_reconcile_ratio", ratio, (("check", check),))
@@ -435,16 +453,23 @@ class LiveState:
         bpt = self.bytes_per_token()
         if bpt.get("observed") and bpt.get("config"):
             out["bytes_per_token"] = bpt["observed"] / bpt["config"]
-        printed = _num(self.facts.get("capacity.max_concurrency.ratio")) or _num(
-            self.cache_config.get("kv_cache_max_concurrency")
-        )
-        mml = self.max_model_len()
-        block_size = _num(self.facts.get("config.block_size")) or _num(self.cache_config.get("block_size"))
-        if printed and pool.get("config") and mml:
-            expected_conc = _concurrency_at_len(pool["config"], mml, block_size)
-            if expected_conc:
-                out["max_concurrency"] = printed / expected_conc
+        printed = self.facts().printed_max_concurrency
+        expected = self.expected()
+        expected_conc = expected.max_concurrency_at_max_model_len if expected else None
+        if expected_conc is None and pool.get("config"):
+            expected_conc = self._concurrency_at_len(pool["config"])
+        if printed and expected_conc:
+            out["max_concurrency"] = printed / expected_conc
         return out
+
+    def _concurrency_at_len(self, pool_tokens: float) -> float | None:
+        """vLLM's startup concurrency figure for a pool: the capacity model's when a config is known."""
+        expected = self.expected()
+        if expected is not None and expected.concurrency_at is not None:
+            return expected.concurrency_at(pool_tokens)
+        facts = self.facts()
+        mml = facts.max_model_len
+        return _concurrency_at_len(pool_tokens, mml, facts.block_size) if mml else None
 
     # ------------------------------------------------------------------ internals
 
@@ -461,7 +486,7 @@ class LiveState:
         return eng
 
     def _model_name(self, eng: _Engine) -> str:
-        for value in (eng.model_name, self.facts.get("config.served_model_name"), self.facts.get("config.model")):
+        for value in (eng.model_name, self.facts().model_name):
             if isinstance(value, str) and value:
                 return value[:200]
         return "unknown"
@@ -515,18 +540,17 @@ class LiveState:
         return events
 
     def _likely_cause(self, check: str, ratio: float) -> str:
-        dtype = str(self.facts.get("config.kv_cache_dtype") or self.cache_config.get("cache_dtype") or "auto")
-        tp = _num(self.facts.get("config.tensor_parallel_size")) or 1
+        facts = self.facts()
+        dtype = str(facts.config.kv_cache_dtype or facts.metric("cache_dtype") or "auto")
+        tp = _num(facts.config.tensor_parallel_size) or 1
         if check == "bytes_per_token" and 0.45 < ratio < 0.55:
             return "fp8 KV cache in use but not in the expectation (pass --kv-cache-dtype)"
         if check == "bytes_per_token" and 1.9 < ratio < 2.1 and dtype.startswith("fp8"):
             return "fp8 KV cache requested but not applied by vLLM"
         if check == "bytes_per_token" and tp > 1 and abs(ratio - tp) < 0.1 * tp:
             return f"tensor-parallel split: KV heads per GPU differ from total/{int(tp)}"
-        if self._override_blocks() is not None:
+        if facts.override_blocks is not None:
             return "--num-gpu-blocks-override replaced the computed pool"
-        if check in ("pool_tokens", "max_concurrency") and ratio > 1.0:
-            return "hybrid or sliding-window layout: vLLM counts windowed layers differently"
         return "block size, memory profiling or a hybrid layout differs from the config's assumptions"
 
     def _count(self, kind: str) -> None:

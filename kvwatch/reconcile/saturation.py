@@ -12,13 +12,42 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from enum import StrEnum
 from itertools import pairwise
 
+# The window and threshold defaults, defined once (settings, analyze and the live state read these).
 DEFAULT_WINDOW_SECONDS = 60.0
 DEFAULT_THRESHOLD = 0.9
 
-# Priority order for a verdict over a stretch (CONTRACTS.md, plus kvwatch's "queued").
-VERDICT_ORDER = ("memory_bound", "seq_bound", "queued", "preempting", "ok", "idle")
+
+class SaturationState(StrEnum):
+    """The saturation states (docs/contracts.md "Saturation"), the one list of them.
+
+    ``queued`` is kvwatch's extension: requests wait while KV usage stayed below the threshold and
+    running < max_num_seqs (scheduler token budget, deferred requests, or an unknown max_num_seqs).
+    A StrEnum, so each member is the plain string the documents and labels carry.
+    """
+
+    IDLE = "idle"
+    OK = "ok"
+    MEMORY_BOUND = "memory_bound"
+    SEQ_BOUND = "seq_bound"
+    QUEUED = "queued"
+    PREEMPTING = "preempting"
+
+
+# Every state, in the order the exporter lists them.
+STATES: tuple[str, ...] = tuple(s.value for s in SaturationState)
+
+# Priority order for a verdict over a stretch (docs/contracts.md, plus kvwatch's "queued").
+VERDICT_ORDER: tuple[str, ...] = (
+    SaturationState.MEMORY_BOUND,
+    SaturationState.SEQ_BOUND,
+    SaturationState.QUEUED,
+    SaturationState.PREEMPTING,
+    SaturationState.OK,
+    SaturationState.IDLE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +142,8 @@ class SaturationJudge:
         running = running or 0.0
         waiting = waiting or 0.0
         if running <= 0 and waiting <= 0:
-            return "idle"  # a preemption needs running requests: an empty server is idle, whatever W saw
+            # A preemption needs running requests: an empty server is idle, whatever W saw.
+            return SaturationState.IDLE
         capacity_waiting = waiting_capacity if waiting_capacity is not None else waiting
         max_num_seqs = self.max_num_seqs
         if (
@@ -122,14 +152,14 @@ class SaturationJudge:
             and self._peaks
             and self._peaks[0][1] >= self.threshold
         ):
-            return "memory_bound"
+            return SaturationState.MEMORY_BOUND
         if waiting > 0 and max_num_seqs is not None and running >= max_num_seqs:
-            return "seq_bound"
+            return SaturationState.SEQ_BOUND
         if self._nonzero_preemptions and sum(self._preemptions) > 0:
-            return "preempting"
+            return SaturationState.PREEMPTING
         if waiting > 0:
-            return "queued"
-        return "ok"
+            return SaturationState.QUEUED
+        return SaturationState.OK
 
 
 def verdict(states: list[str]) -> str:

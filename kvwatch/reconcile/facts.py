@@ -1,0 +1,364 @@
+"""The server's stated facts: one typed, frozen record built from what vLLM said about itself.
+
+vLLM states its pool, block size, limits, dtype, model and version in three places: startup log
+lines (``FactRecord``: a dotted field of the analyze document and its value), ``/metrics``'
+``vllm:cache_config_info`` labels, and the operator's flags to kvwatch. ``FactsBuilder`` folds
+them; ``ServerFacts`` is the record analysis, the live state, capacity and the sidecar read. This
+module is the only place that knows the dotted field names (``FIELDS``); everything else reads
+attributes.
+
+Precedence, where two places state one thing: the log first (it is what the engine printed for
+this run), then cache_config_info (what /metrics says; e.g. a sidecar started after the startup
+block), then kvwatch's own flags (what the operator says the server runs with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from kvwatch.records import FactRecord
+
+GIB = 1 << 30
+
+FactValue = str | int | float | bool | None
+
+# The analyze document's capacity.* and config.* keys, in the order CONTRACTS.md lists them.
+CAPACITY_KEYS = (
+    "device",
+    "gpu_blocks",
+    "cpu_blocks",
+    "block_size",
+    "kv_cache_tokens",
+    "kv_cache_memory_gib",
+    "weights_gib",
+    # Additive (not in docs/contracts.md): the blocks vLLM computed from its KV memory before
+    # --num-gpu-blocks-override replaced them; what the memory figure is to be checked against.
+    "computed_gpu_blocks",
+)
+CONFIG_KEYS = (
+    "vllm_version",
+    "model",
+    "served_model_name",
+    "dtype",
+    "kv_cache_dtype",
+    "max_seq_len",
+    "block_size",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "enable_prefix_caching",
+    "quantization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StatedCapacity:
+    """What vLLM's startup block printed about its KV pool (the analyze document's ``capacity``)."""
+
+    device: FactValue = None
+    gpu_blocks: FactValue = None
+    cpu_blocks: FactValue = None
+    block_size: FactValue = None
+    kv_cache_tokens: FactValue = None
+    kv_cache_memory_gib: FactValue = None
+    weights_gib: FactValue = None
+    computed_gpu_blocks: FactValue = None
+    max_concurrency_tokens_per_request: FactValue = None
+    max_concurrency_ratio: FactValue = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatedConfig:
+    """The engine configuration vLLM printed (the analyze document's ``config``)."""
+
+    vllm_version: FactValue = None
+    model: FactValue = None
+    served_model_name: FactValue = None
+    dtype: FactValue = None
+    kv_cache_dtype: FactValue = None
+    max_seq_len: FactValue = None
+    block_size: FactValue = None
+    gpu_memory_utilization: FactValue = None
+    tensor_parallel_size: FactValue = None
+    pipeline_parallel_size: FactValue = None
+    data_parallel_size: FactValue = None
+    enable_prefix_caching: FactValue = None
+    quantization: FactValue = None
+    max_num_seqs: FactValue = None
+    max_num_batched_tokens: FactValue = None
+
+
+# Dotted analyze-document field -> (section, attribute). The one table of those names.
+FIELDS: dict[str, tuple[str, str]] = {
+    **{f"capacity.{k}": ("capacity", k) for k in CAPACITY_KEYS},
+    "capacity.max_concurrency.tokens_per_request": ("capacity", "max_concurrency_tokens_per_request"),
+    "capacity.max_concurrency.ratio": ("capacity", "max_concurrency_ratio"),
+    **{f"config.{k}": ("config", k) for k in CONFIG_KEYS},
+}
+
+
+def _section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = doc.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _num(value: object) -> float | None:
+    """A number, or None (booleans and strings are not sizes)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _pos_int(value: object) -> int | None:
+    """A positive whole number, or None (a size of 0 or less in a log is not a size)."""
+    number = _num(value)
+    return int(number) if number is not None and number > 0 else None
+
+
+def _int(value: object) -> int | None:
+    number = _num(value)
+    return None if number is None else int(number)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """Everything one vLLM server stated about itself, typed; absent facts are None.
+
+    ``cache_config`` holds /metrics' ``vllm:cache_config_info`` labels as (name, value) pairs (a
+    tuple, so the record is hashable and can key caches). ``flags`` are kvwatch's own
+    ``--kv-cache-dtype`` / ``--tp`` stand-ins for what neither source stated.
+    """
+
+    capacity: StatedCapacity = StatedCapacity()
+    config: StatedConfig = StatedConfig()
+    cache_config: tuple[tuple[str, FactValue], ...] = ()
+    flag_kv_cache_dtype: str | None = None
+    flag_tensor_parallel_size: int | None = None
+    extra: tuple[tuple[str, FactValue], ...] = ()  # fields the parser emits that are not in FIELDS
+
+    # ---------------------------------------------------------------- construction
+
+    @classmethod
+    def from_fields(cls, facts: Mapping[str, Any], cache_config: Mapping[str, Any] | None = None) -> ServerFacts:
+        """From dotted fields (``{"capacity.gpu_blocks": 1478}``) and cache_config_info labels."""
+        capacity: dict[str, Any] = {}
+        config: dict[str, Any] = {}
+        extra: list[tuple[str, Any]] = []
+        for key, value in facts.items():
+            where = FIELDS.get(key)
+            if where is None:
+                extra.append((key, value))
+            elif where[0] == "capacity":
+                capacity[where[1]] = value
+            else:
+                config[where[1]] = value
+        return cls(
+            StatedCapacity(**capacity),
+            StatedConfig(**config),
+            tuple(sorted((cache_config or {}).items())),
+            extra=tuple(extra),
+        )
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> ServerFacts:
+        """From a ``kvwatch.analyze/1`` document's ``capacity`` / ``config`` / ``requests`` sections."""
+        cap = _section(doc, "capacity")
+        cfg = _section(doc, "config")
+        conc = _section(cap, "max_concurrency")
+        known = {f.name for f in fields(StatedCapacity)}
+        capacity = StatedCapacity(
+            **{k: cap.get(k) for k in CAPACITY_KEYS if k in known},
+            max_concurrency_tokens_per_request=conc.get("tokens_per_request"),
+            max_concurrency_ratio=conc.get("ratio"),
+        )
+        config = StatedConfig(**{k: cfg.get(k) for k in CONFIG_KEYS})
+        return cls(capacity, config)
+
+    def with_flags(self, kv_cache_dtype: str | None, tensor_parallel_size: int | None) -> ServerFacts:
+        """The same facts with kvwatch's flags as the last resort for dtype and TP."""
+        return replace(self, flag_kv_cache_dtype=kv_cache_dtype, flag_tensor_parallel_size=tensor_parallel_size)
+
+    # ---------------------------------------------------------------- the analyze document
+
+    def capacity_section(self) -> dict[str, Any]:
+        """The analyze document's ``capacity`` object (every key present)."""
+        out: dict[str, Any] = {k: getattr(self.capacity, k) for k in CAPACITY_KEYS}
+        out["max_concurrency"] = {
+            "tokens_per_request": self.capacity.max_concurrency_tokens_per_request,
+            "ratio": self.capacity.max_concurrency_ratio,
+        }
+        return out
+
+    def config_section(self) -> dict[str, Any]:
+        """The analyze document's ``config`` object (every key present)."""
+        return {k: getattr(self.config, k) for k in CONFIG_KEYS}
+
+    # ---------------------------------------------------------------- derived values
+
+    def metric(self, name: str) -> FactValue:
+        """One cache_config_info label's typed value (None when /metrics did not state it)."""
+        for key, value in self.cache_config:
+            if key == name:
+                return value
+        return None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing stated yet (no startup line, no cache_config_info)."""
+        return self.capacity == StatedCapacity() and self.config == StatedConfig() and not self.cache_config
+
+    @property
+    def block_size(self) -> int | None:
+        """Tokens per KV block: the pool line's, else the engine config's, else cache_config_info's."""
+        return (
+            _pos_int(self.capacity.block_size)
+            or _pos_int(self.config.block_size)
+            or _pos_int(self.metric("block_size"))
+        )
+
+    @property
+    def config_block_size(self) -> int | None:
+        """The configured block size (engine config, else cache_config_info): no pool line."""
+        return _pos_int(self.config.block_size) or _pos_int(self.metric("block_size"))
+
+    @property
+    def max_model_len(self) -> int | None:
+        """max_model_len as the engine config or the concurrency line states it."""
+        return _pos_int(self.config.max_seq_len) or _pos_int(self.capacity.max_concurrency_tokens_per_request)
+
+    @property
+    def max_num_seqs(self) -> int | None:
+        """vLLM's max_num_seqs as its args state it."""
+        return _int(self.config.max_num_seqs)
+
+    @property
+    def max_num_batched_tokens(self) -> int | None:
+        """vLLM's max_num_batched_tokens as its args state it."""
+        return _pos_int(self.config.max_num_batched_tokens)
+
+    @property
+    def kv_memory_bytes(self) -> float | None:
+        """KV-cache memory vLLM reports: the log's GiB, else cache_config's kv_cache_memory_bytes."""
+        gib = _num(self.capacity.kv_cache_memory_gib)
+        if gib is not None:
+            return gib * GIB
+        return _num(self.metric("kv_cache_memory_bytes"))
+
+    @property
+    def log_pool_tokens(self) -> float | None:
+        """The pool the log printed: its tokens, else blocks x block size."""
+        tokens = _num(self.capacity.kv_cache_tokens)
+        if tokens is not None:
+            return tokens
+        blocks = _num(self.capacity.gpu_blocks)
+        size = _pos_int(self.capacity.block_size) or _pos_int(self.config.block_size)
+        return blocks * size if blocks is not None and size else None
+
+    @property
+    def metrics_pool_tokens(self) -> float | None:
+        """The pool cache_config_info states: kv_cache_size_tokens, else num_gpu_blocks x block_size."""
+        tokens = _num(self.metric("kv_cache_size_tokens"))
+        if tokens is not None:
+            return tokens
+        blocks = _num(self.metric("num_gpu_blocks"))
+        size = _pos_int(self.metric("block_size"))
+        return blocks * size if blocks is not None and size else None
+
+    @property
+    def override_blocks(self) -> float | None:
+        """The --num-gpu-blocks-override pool in blocks, when one replaced vLLM's computed pool."""
+        if self.capacity.computed_gpu_blocks is not None:
+            return _num(self.capacity.gpu_blocks)
+        return _num(self.metric("num_gpu_blocks_override"))
+
+    @property
+    def computed_blocks(self) -> int | None:
+        """The blocks vLLM computed from its KV memory before an override replaced them."""
+        return _int(self.capacity.computed_gpu_blocks)
+
+    @property
+    def printed_max_concurrency(self) -> float | None:
+        """vLLM's own "Maximum concurrency for L tokens per request: X.XXx" (log, else /metrics)."""
+        return _num(self.capacity.max_concurrency_ratio) or _num(self.metric("kv_cache_max_concurrency"))
+
+    @property
+    def kv_cache_dtype(self) -> str | None:
+        """--kv-cache-dtype as the log, cache_config_info's cache_dtype, or kvwatch's flag states it."""
+        for value in (self.config.kv_cache_dtype, self.metric("cache_dtype"), self.flag_kv_cache_dtype):
+            if isinstance(value, str) and value:
+                return value
+        return None
+
+    @property
+    def tensor_parallel_size(self) -> int | None:
+        """TP as the log or kvwatch's --tp states it."""
+        return _pos_int(self.config.tensor_parallel_size) or self.flag_tensor_parallel_size
+
+    @property
+    def model_name(self) -> str | None:
+        """The served name, else the model path the log names."""
+        for value in (self.config.served_model_name, self.config.model):
+            if isinstance(value, str) and value:
+                return value
+        return None
+
+    @property
+    def model(self) -> str | None:
+        """The model (path or hub id) the engine config names; a served name is only a label."""
+        value = self.config.model
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def vllm_version(self) -> str | None:
+        """The vLLM version the log states."""
+        value = self.config.vllm_version
+        return value if isinstance(value, str) else None
+
+
+class FactsBuilder:
+    """Folds FactRecords and cache_config_info into one ``ServerFacts`` (rebuilt only on change).
+
+    The analyze document keeps the last value seen of each field; so does this.
+    """
+
+    __slots__ = ("_cache_config", "_facts", "_fields")
+
+    def __init__(self) -> None:
+        self._fields: dict[str, FactValue] = {}
+        self._cache_config: dict[str, FactValue] = {}
+        self._facts: ServerFacts | None = ServerFacts()
+
+    def add(self, record: FactRecord) -> None:
+        """One startup fact from the log."""
+        if self._fields.get(record.field, _MISSING) != record.value:
+            self._fields[record.field] = record.value
+            self._facts = None
+
+    def set_cache_config(self, labels: Mapping[str, FactValue]) -> None:
+        """The latest scrape's cache_config_info labels (replacing the previous scrape's)."""
+        if dict(labels) != self._cache_config:
+            self._cache_config = dict(labels)
+            self._facts = None
+
+    def get(self, field: str) -> FactValue:
+        """One dotted field's last value (for fields outside ServerFacts, e.g. a new parser row)."""
+        return self._fields.get(field)
+
+    @property
+    def stated(self) -> bool:
+        """Anything stated at all (a startup fact or cache_config_info)."""
+        return bool(self._fields or self._cache_config)
+
+    def facts(self) -> ServerFacts:
+        """The record for everything folded so far."""
+        if self._facts is None:
+            self._facts = ServerFacts.from_fields(self._fields, self._cache_config)
+        return self._facts
+
+
+_MISSING = object()
