@@ -349,6 +349,7 @@ def expected_for(arch: Architecture | None, facts: ServerFacts, settings: WatchS
         pool_tokens=expected.pool_tokens,
         max_concurrency_at_max_model_len=expected.max_concurrency_at_max_model_len,
         concurrency_at=concurrency_at,
+        printed_bytes_per_token=expected.printed_bytes_per_token,
     )
 
 

@@ -11,7 +11,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.test_watch import SEED, free_port, value, wait_for
+from tests.helpers import free_port, value, wait_for
+
+SEED = Path(__file__).parent / "fixtures" / "vllm-cpu-seed"
 
 CHILD = textwrap.dedent(
     """

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.server
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,45 +18,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import free_port, value, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = FIXTURES / "vllm-cpu-seed"
 KVWATCH = [sys.executable, "-m", "kvwatch"]
 CANARY = "CANARY-7f3a9c-do-not-leak"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def read_metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("model_name", "engine"))))] = (
-                s.value
-            )
-    return out
-
-
-def value(port: int, name: str, **labels: str) -> float | None:
-    try:
-        return read_metrics(port).get((name, tuple(sorted(labels.items()))))
-    except OSError:
-        return None
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Kvwatch:

@@ -37,6 +37,7 @@ from kvwatch.reconcile.pool import (
     kv_bytes_per_token,
     kv_layout,
     legacy_allocator,
+    mamba_pages,
     max_concurrency_at_max_model_len,
     printed_tokens_for,
 )
@@ -175,6 +176,11 @@ class Expectation:
     pool_tokens: float | None
     max_concurrency_at_max_model_len: float | None
     estimate: CapacityEstimate
+    # What KV memory / printed pool tokens should read. With one full-attention group that is
+    # bytes_per_token; with sliding-window or Mamba groups vLLM prints int(concurrency x
+    # max_model_len) tokens (0.21+), not the tokens the memory stores, so the quotient is the
+    # memory over the pool this model predicts vLLM prints.
+    printed_bytes_per_token: float | None = None
 
 
 def expected_estimate(arch: Architecture, facts: ServerFacts, **overrides: Any) -> CapacityEstimate:
@@ -201,11 +207,17 @@ def expectation(arch: Architecture, facts: ServerFacts) -> Expectation:
     predicted = est.pool_source in ("bytes", "blocks") and (
         facts.kv_memory_bytes is not None or facts.override_blocks is not None
     )
+    pool_tokens = float(est.pool_tokens) if predicted and est.pool_tokens else None
+    kv_bytes = facts.kv_memory_bytes
+    printed: float | None = float(est.kv_bytes_per_token)
+    if not est.layout.uniform:
+        printed = kv_bytes / pool_tokens if kv_bytes and pool_tokens and facts.override_blocks is None else None
     return Expectation(
         bytes_per_token=float(est.kv_bytes_per_token),
-        pool_tokens=float(est.pool_tokens) if predicted and est.pool_tokens is not None else None,
+        pool_tokens=pool_tokens,
         max_concurrency_at_max_model_len=est.max_concurrency_at_max_model_len if predicted else None,
         estimate=est,
+        printed_bytes_per_token=printed,
     )
 
 
@@ -316,6 +328,7 @@ def check_against_facts(facts: ServerFacts, arch: Architecture, dep: Deployment 
         pp=dep.pp,
         block_size=dep.block_size,
         legacy=legacy_allocator(dep.vllm_version),
+        mamba_pages=mamba_pages(arch, dep.vllm_version, dep.prefix_caching),
     )
     cap = facts.capacity
     gib = _num(cap.kv_cache_memory_gib)

@@ -86,6 +86,7 @@ class Expected:
     pool_tokens: float | None = None
     max_concurrency_at_max_model_len: float | None = None
     concurrency_at: Callable[[float], float | None] | None = None
+    printed_bytes_per_token: float | None = None  # what KV memory / printed pool tokens should read
 
 
 ExpectedFactory = Callable[[ServerFacts], Expected | None]
@@ -451,10 +452,12 @@ class LiveState:
         if observed_pool and pool.get("config"):
             out["pool_tokens"] = observed_pool / pool["config"]
         bpt = self.bytes_per_token()
-        if bpt.get("observed") and bpt.get("config"):
-            out["bytes_per_token"] = bpt["observed"] / bpt["config"]
-        printed = self.facts().printed_max_concurrency
         expected = self.expected()
+        # Sliding-window and hybrid pools print fewer tokens than they store: compare like with like.
+        against = (expected.printed_bytes_per_token if expected else None) or bpt.get("config")
+        if bpt.get("observed") and against:
+            out["bytes_per_token"] = bpt["observed"] / against
+        printed = self.facts().printed_max_concurrency
         expected_conc = expected.max_concurrency_at_max_model_len if expected else None
         if expected_conc is None and pool.get("config"):
             expected_conc = self._concurrency_at_len(pool["config"])

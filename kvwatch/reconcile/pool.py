@@ -128,6 +128,7 @@ class KvLayout:
     mamba_layers: int
     mamba_state_bytes: int  # one request, one Mamba layer, this GPU (unpadded)
     sliding_window: int | None
+    mamba_pages: int = 1  # pages one request's Mamba state holds per Mamba group (see mamba_pages)
 
     @property
     def block_bytes(self) -> int:
@@ -233,6 +234,21 @@ def _group_kinds(counts: Counter[LayerKind]) -> tuple[int, tuple[LayerKind, ...]
     return size, tuple(groups)
 
 
+def mamba_pages(arch: Architecture, vllm_version: str | None, prefix_caching: bool) -> int:
+    """Pages one request's Mamba state holds in each Mamba KV-cache group.
+
+    With prefix caching on, vLLM 0.32 keeps Mamba state in "align" mode
+    (vllm/model_executor/models/config.py ``MambaModelConfig``): 2 pages plus one prefill
+    checkpoint for Mamba2 mixers (vllm/v1/kv_cache_interface.py ``MambaSpec.max_memory_usage_bytes``,
+    vllm/model_executor/layers/mamba/mamba_mixer2.py ``get_kv_cache_spec``), without speculative
+    decoding. Otherwise, and for versions before 0.32 (not read), one page.
+    """
+    version = _version(vllm_version)
+    if arch.mamba is None or not prefix_caching or (version is not None and version < (0, 32)):
+        return 1
+    return 3 if arch.mamba.version == 2 else 2
+
+
 def legacy_allocator(vllm_version: str | None) -> bool:
     """True for vLLM before 0.9: no hybrid KV-cache groups (sliding layers allocate like full ones,
     Mamba state lives outside the KV pool). None (unknown) means current vLLM."""
@@ -248,6 +264,7 @@ def kv_layout(
     pp: int = 1,
     block_size: int = DEFAULT_BLOCK_SIZE,
     legacy: bool = False,
+    mamba_pages: int = 1,
 ) -> KvLayout:
     """The KV layout on the GPU that limits the pool (the PP stage with the most bytes per block).
 
@@ -271,7 +288,10 @@ def kv_layout(
             counts["full"] += counts.pop("sliding", 0)
         if mamba_state and not legacy:
             # Raise the attention block until one attention page holds a Mamba page (0.10+).
-            needed = MAMBA_BLOCK_ALIGNMENT * cdiv(mamba_state, MAMBA_BLOCK_ALIGNMENT * token_bytes)
+            # The alignment is the larger of the kernel's smallest block and the configured block
+            # size (vllm/platforms/interface.py ``update_block_size_for_backend``, 0.32.0).
+            align = max(MAMBA_BLOCK_ALIGNMENT, block_size)
+            needed = align * cdiv(mamba_state, align * token_bytes)
             bs = max(bs, needed)
         if not counts["full"] and not counts["sliding"]:
             continue  # a stage of only Mamba layers holds no per-token KV
@@ -289,6 +309,7 @@ def kv_layout(
             mamba_layers=counts["mamba"],
             mamba_state_bytes=mamba_state,
             sliding_window=arch.sliding_window if counts["sliding"] else None,
+            mamba_pages=mamba_pages if counts["mamba"] and not legacy else 1,
         )
         if best is None or layout.block_bytes > best.block_bytes:
             best = layout
@@ -327,7 +348,7 @@ def blocks_per_request_at(layout: KvLayout, max_model_len: int, max_num_batched_
             window = layout.sliding_window or max_model_len
             total += cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), bs) + 1
         else:
-            total += 1
+            total += layout.mamba_pages
     return total
 
 
@@ -342,7 +363,7 @@ def _request_units(layout: KvLayout, tokens: int, max_num_batched_tokens: int) -
             window = layout.sliding_window or tokens
             units += min(tokens, window + max_num_batched_tokens) / bs
         else:
-            units += 1.0
+            units += layout.mamba_pages
     return units
 
 
@@ -413,6 +434,7 @@ def estimate(arch: Architecture, dep: Deployment) -> CapacityEstimate:
         pp=dep.pp,
         block_size=dep.block_size,
         legacy=legacy_allocator(dep.vllm_version),
+        mamba_pages=mamba_pages(arch, dep.vllm_version, dep.prefix_caching),
     )
     max_len = dep.max_model_len or arch.max_position_embeddings
     mnbt = dep.max_num_batched_tokens

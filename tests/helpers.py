@@ -1,0 +1,55 @@
+"""Helpers shared by test modules (test modules never import each other).
+
+Waits are bounded polls on the event itself (a line, a port, a value), with generous ceilings:
+on a loaded 2-core machine a child process can take many seconds to start, and a test that
+raced a fixed deadline failed there while the code was right.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+from collections.abc import Callable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# How long a test waits for an event before calling it missing. Far above any healthy run
+# (seconds), so only a real hang fails; a passing wait returns as soon as the event happens.
+EVENT_CEILING_SECONDS = 120.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = EVENT_CEILING_SECONDS, what: str = "condition") -> None:
+    """Poll ``cond`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def read_metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """kvwatch's /metrics on ``port``: (name, labels without model_name/engine) -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("model_name", "engine")))
+            out[(s.name, labels)] = s.value
+    return out
+
+
+def value(port: int, name: str, **labels: str) -> float | None:
+    """One sample of kvwatch's /metrics on ``port``, or None (absent, or not serving yet)."""
+    try:
+        return read_metrics(port).get((name, tuple(sorted(labels.items()))))
+    except OSError:
+        return None
