@@ -30,6 +30,7 @@ from kvwatch.reconcile.capacity import (
     RequestShape,
     check_against_log,
     deployment_from_analysis,
+    document_basis,
     estimate,
     levers,
 )
@@ -125,6 +126,9 @@ def capacity_document(
             "shared_prefix_tokens": req.shared_prefix_tokens if req else None,
             "tokens": est.request_tokens,
             "bytes": est.request_bytes,
+            # Additive: where the request size came from (flags, or the log's pool x KV usage /
+            # running when --from-log gives no --prompt-tokens: the basis analyze and watch use).
+            "source": (req.source or "flags") if req else None,
         },
         "max_model_len": est.max_model_len,
         "max_concurrency": _r(est.max_concurrency),
@@ -159,7 +163,12 @@ def render_text(doc: dict[str, Any]) -> str:
             f"  pool              {pool['bytes'] / GIB:,.2f} GiB -> {pool['blocks']:,} blocks of {pool['block_size']} "
             f"-> {pool['tokens']:,} tokens  (from {pool['source'].replace('_', ' ')})"
         )
-    if req["tokens"] is not None:
+    if req["tokens"] is not None and req.get("source") == "log":
+        lines.append(
+            f"  request           {req['tokens']:,} tokens each, held per running request at the log's last "
+            f"busy stats record (pool x KV usage / running)"
+        )
+    elif req["tokens"] is not None:
         lines.append(
             f"  request           {req['prompt_tokens']:,} prompt + {req['output_tokens']:,} output"
             f" - {req['shared_prefix_tokens']:,} shared = {req['tokens']:,} tokens each "
@@ -269,7 +278,7 @@ def capacity(
             raise UsageError(
                 f"--shared-prefix-tokens {shared_prefix_tokens} must be within the prompt (0..{prompt_tokens})"
             )
-        request = RequestShape(prompt_tokens, output_tokens, shared_prefix_tokens)
+        request = RequestShape(prompt_tokens, output_tokens, shared_prefix_tokens, source="flags")
     elif shared_prefix_tokens:
         raise UsageError("--shared-prefix-tokens needs --prompt-tokens and --output-tokens")
 
@@ -278,6 +287,9 @@ def capacity(
     if from_log is not None:
         doc_log = _analyze(from_log)
         dep = deployment_from_analysis(doc_log)
+        if request is None:
+            # The same request size analyze and the sidecar compute their what-ifs for.
+            request = document_basis(doc_log)
         if model is None:
             model = (doc_log.get("config") or {}).get("model")
             if not model:

@@ -42,6 +42,12 @@ def _lever(lever: Any) -> str:
         text += f": max concurrency {mc:,.1f}"
         if isinstance(mult, int | float):
             text += f" ({mult:g}x)"
+    basis, req = lever.get("basis"), lever.get("basis_request")
+    if isinstance(mc, int | float) and isinstance(req, dict) and isinstance(req.get("prompt_tokens"), int):
+        size = req["prompt_tokens"] + (req.get("output_tokens") or 0)
+        text += f" for {size:,}-token requests (from the {req.get('source') or 'flags'})"
+    elif isinstance(mc, int | float) and basis == "max_model_len":
+        text += " at max_model_len"
     if lever.get("note"):
         text += f" - {lever['note']}"
     return text

@@ -197,6 +197,7 @@ class Analysis:
         self._run_open: dict[str | None, bool] = {}
         self.stats_count = 0
         self.last: StatsRecord | None = None
+        self.last_busy: StatsRecord | None = None
         self.max_running: int | None = None
         self.max_waiting: int | None = None
         self.max_kv: float | None = None
@@ -291,6 +292,8 @@ class Analysis:
         self.last = rec
         self.last_prefix_hit_v0 = None
         _, ts, engine, _, running, waiting, _, deferred, preemptions, kv_pct = rec[:10]
+        if running:
+            self.last_busy = rec  # the last record with requests running: the what-if basis
         if running is not None and (self.max_running is None or running > self.max_running):
             self.max_running = running
         if waiting is not None and (self.max_waiting is None or waiting > self.max_waiting):
@@ -412,6 +415,18 @@ class Analysis:
                 return state
         return "unknown"
 
+    def whatif_basis(self) -> dict[str, Any] | None:
+        """The request size the levers are computed for: the log's last stats record with requests
+        running, by the rule the sidecar applies to the same record (pool x KV usage / running),
+        so a postmortem and the live what-ifs agree. Additive key of the analyze document; null
+        without one."""
+        from kvwatch.reconcile.expectation import request_from_stats  # local: see levers_hook
+
+        shape = request_from_stats(self.server.facts().log_pool_tokens, self.last_busy)
+        if shape is None:
+            return None
+        return {"prompt_tokens": shape.prompt_tokens, "output_tokens": shape.output_tokens, "source": shape.source}
+
     def server_facts(self) -> ServerFacts:
         """What the server stated about itself, as one record."""
         return self.server.facts()
@@ -517,6 +532,7 @@ class Analysis:
             },
             "capacity": capacity,
             "config": config,
+            "whatif_basis": self.whatif_basis(),
             "errors": self.errors,
             "errors_total": self.errors_total,
             "saturation": {

@@ -294,9 +294,6 @@ def lever_rows(
     if arch is None:
         needs = "needs the model (--model) to know its KV heads"
         rows = [unknown_row(r.lever, needs) if r.lever == "tensor_parallel_x2" else r for r in rows]
-    if request is not None and request.source == "log":
-        needs = "needs the prompt/output split (vLLM's request token histograms on /metrics)"
-        rows = [unknown_row(r.lever, needs) if r.lever == "fewer_prompt_tokens" else r for r in rows]
     return rows
 
 

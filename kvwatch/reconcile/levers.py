@@ -182,6 +182,8 @@ def _fewer_prompt_tokens(name: str, c: LeverContext) -> LeverRow:
     req = c.dep.request
     if req is None:
         return _unknown(name, "needs a request size: --prompt-tokens and --output-tokens")
+    if req.source == "log":
+        return _unknown(name, "needs the prompt/output split (vLLM's request token histograms on /metrics)")
     prompt = req.prompt_tokens * 3 // 4
     smaller = replace(req, prompt_tokens=prompt, shared_prefix_tokens=min(req.shared_prefix_tokens, prompt))
     note = f"prompt {req.prompt_tokens:,} -> {prompt:,} tokens (-25 %)"

@@ -130,6 +130,7 @@ class _Engine:
     state: str | None = None
     log_stats: StatsRecord | None = None
     log_stats_at: float | None = None
+    busy_stats: StatsRecord | None = None  # the last stats record with requests running
     scrape: EngineSample | None = None
     scrape_at: float | None = None
     preempt_metrics: _Counter = field(default_factory=_Counter)
@@ -173,6 +174,8 @@ class LiveState:
             self._count("stats")
             eng = self._engine(str(record.engine if record.engine is not None else 0))
             eng.log_stats, eng.log_stats_at = record, now
+            if record.running:
+                eng.busy_stats = record
             if record.preemptions:
                 eng.preempt_log.add(record.preemptions)
                 eng.pending_preemptions += record.preemptions
@@ -331,8 +334,9 @@ class LiveState:
         return out
 
     def _footprint_from_log(self, eng: _Engine) -> dict[str, float]:
-        """pool x usage / running: what the running requests hold on average (log only)."""
-        stats = eng.log_stats
+        """pool x usage / running: what the running requests held on average at the last stats
+        record that had any (log only); the same record analyze's what-if basis reads."""
+        stats = eng.busy_stats
         pool = self.pool_tokens()
         tokens = pool.get("log") or pool.get("metrics")
         if not stats or not tokens or not stats.running or stats.kv_usage_pct is None:
@@ -358,7 +362,7 @@ class LiveState:
             if shape is not None:
                 return shape
         pool = self.pool_tokens()
-        return request_from_stats(pool.get("log") or pool.get("metrics"), eng.log_stats)
+        return request_from_stats(pool.get("log") or pool.get("metrics"), eng.busy_stats)
 
     def expected(self) -> Expected | None:
         """The config.json expectation for the facts known now (rebuilt when they change)."""
