@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from kvwatch.parse.metricnames import vllm_series
+
 ROOT = Path(__file__).resolve().parent.parent
 
 RULES_PATH = ROOT / "deploy" / "prometheus" / "kvwatch-rules.yaml"
@@ -43,10 +45,11 @@ HEADER = (
     "# Change deploy/generate.py and run: .venv/bin/python deploy/generate.py\n"
 )
 
-# vLLM's own series that rules and dashboards read (vllm-formats.md section 6). kvwatch derives its
-# own series where it adds meaning; these are read directly where vLLM's number already suffices.
-# Each row: name -> which vLLM versions expose it and why kvwatch reads it.
-VLLM_SERIES: dict[str, str] = {
+# vLLM's own series that rules and dashboards read. kvwatch derives its own series where it adds
+# meaning; these are read directly where vLLM's number already suffices. Each row: name -> why a
+# rule or dashboard reads it. Which versions expose each name is kvwatch's one table of vLLM metric
+# names (kvwatch/parse/metricnames.py); vllm_series refuses a name that table lacks.
+VLLM_SERIES: dict[str, str] = vllm_series({
     "vllm:num_preemptions_total": "V0 0.4.3-0.10.2 (model_name) and V1 0.8.0+ (model_name, engine): "
     "the preemption alert works even where kvwatch's log source sees no preemption line (V1 never logs one)",
     "vllm:num_requests_waiting_by_reason": "V1 0.20+: capacity vs deferred waiting, the 'why' of the queue",
@@ -57,7 +60,7 @@ VLLM_SERIES: dict[str, str] = {
     "vllm:gpu_prefix_cache_hits_total": "V1 0.7.3-0.11 (removed 0.12): older name of the hit tokens",
     "vllm:gpu_prefix_cache_queries_total": "V1 0.7.3-0.11 (removed 0.12): older name of the query tokens",
     "vllm:gpu_prefix_cache_hit_rate": "V0 0.5.5-0.8 (removed 0.9.1): V0's own hit-rate gauge",
-}
+})
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvwatch.parse import logpatterns as P
+from kvwatch.parse.paste import WEB_SPACES
 from kvwatch.records import (
     ErrorRecord,
     FactRecord,
@@ -64,9 +65,9 @@ def clean(text: str) -> str:
     text = text.rstrip("\r\n")
     if text.startswith('{"log":'):
         text = _docker_json_line(text)
-    if "\xa0" in text or "\u202f" in text:
+    if "\xa0" in text or "\u202f" in text or "\u2009" in text:
         # Copied from a rendered web page (forum, chat, wiki): spaces arrive as no-break spaces.
-        text = text.replace("\xa0", " ").replace("\u202f", " ")
+        text = text.translate(WEB_SPACES)
     if "\r" in text:  # tqdm redraws and CRLF continuation lines: keep what follows the last CR
         parts = [p for p in text.split("\r") if p.strip()]
         text = " ".join(parts)
