@@ -1,9 +1,9 @@
-# One command runs every check: `make check` (format, lint, types, tests incl. promtool).
+# One command runs every check: `make check` (format, lint, types, stage boundaries, tests incl. promtool).
 # `make test` is the README's test command; `make e2e` adds the real-vLLM end-to-end tests.
 PY ?= .venv/bin/python
 VENV ?= .venv
 
-.PHONY: venv check fmt lint types test e2e bench contract
+.PHONY: venv check fmt lint types boundaries test e2e bench contract
 
 venv:
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,6 +18,11 @@ lint:
 types:
 	$(PY) -m mypy
 
+# docs/architecture.md's rule (a stage never imports a later one) as import-linter contracts in
+# pyproject.toml [tool.importlinter].
+boundaries:
+	$(VENV)/bin/lint-imports
+
 test:
 	$(PY) -m pytest -q
 
@@ -31,4 +36,4 @@ bench:
 	$(PY) benchmarks/analyze_speed.py
 	$(PY) benchmarks/footprint.py
 
-check: fmt lint types test
+check: fmt lint types boundaries test

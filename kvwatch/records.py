@@ -162,7 +162,7 @@ class HistogramSummary:
 
     def quantile(self, q: float) -> float | None:
         """Prometheus' histogram_quantile over these buckets (linear within a bucket)."""
-        from kvwatch.parse.histogram import bucket_quantile  # local: keep records import-light
+        from kvwatch.histogram import bucket_quantile  # local: keep records import-light
 
         return bucket_quantile(q, self.buckets)
 

@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from kvwatch.reconcile.saturation import DEFAULT_THRESHOLD, DEFAULT_WINDOW_SECONDS
+
 ENV_PREFIX = "KVWATCH_"
 
 
@@ -47,8 +49,10 @@ class WatchSettings(BaseSettings):
     poll_interval: float = Field(1.0, gt=0, description="seconds between log polls when no file event comes")
     replay: Path | None = Field(None, description="feed a saved log through the pipeline at its recorded pace")
     speed: float = Field(1.0, gt=0, description="replay pace multiplier (10 = ten times faster)")
-    window: float = Field(60.0, gt=0, description="saturation window W in seconds")
-    threshold: float = Field(0.9, gt=0, le=1, description="KV usage peak (0..1) that makes waiting memory-bound")
+    window: float = Field(DEFAULT_WINDOW_SECONDS, gt=0, description="saturation window W in seconds")
+    threshold: float = Field(
+        DEFAULT_THRESHOLD, gt=0, le=1, description="KV usage peak (0..1) that makes waiting memory-bound"
+    )
     max_num_seqs: int | None = Field(None, gt=0, description="vLLM's max_num_seqs when the log does not state it")
     kv_cache_dtype: str | None = Field(None, description="KV cache dtype when the log does not state it")
     tensor_parallel_size: int | None = Field(None, gt=0, description="TP size when the log does not state it")

@@ -255,6 +255,7 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
     )
     scraper = None
     if settings.metrics_url:
+        from kvwatch.parse.metrics import read_exposition
         from kvwatch.sources.scrape import MetricsScraper
 
         verify: bool | str = False if settings.insecure else (str(settings.ca_file) if settings.ca_file else True)
@@ -264,6 +265,7 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
             bearer_token=settings.bearer_token,
             verify=verify,
             interval=settings.scrape_interval,
+            reader=read_exposition,  # the wiring hands the source its parser
         )
     try:
         sidecar = Sidecar(

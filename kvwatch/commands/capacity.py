@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from kvwatch.errors import UsageError
-from kvwatch.reconcile import catalogue
+from kvwatch.reconcile import model_catalogue as catalogue
 from kvwatch.reconcile.architecture import Architecture, resolve_model
 from kvwatch.reconcile.capacity import (
     DEFAULT_GPU_MEMORY_UTILIZATION,

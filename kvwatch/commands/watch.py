@@ -17,6 +17,7 @@ import typer
 from pydantic import ValidationError
 
 from kvwatch.errors import UsageError
+from kvwatch.reconcile.saturation import DEFAULT_THRESHOLD, DEFAULT_WINDOW_SECONDS
 from kvwatch.settings import WatchSettings, env_name
 
 
@@ -47,10 +48,10 @@ FromStartOpt = Annotated[bool, _opt("from_start", "Read the log from its start, 
 StateDirOpt = Annotated[Path | None, _opt("state_dir", "Keep the log position here across restarts.", "--state-dir")]
 ReplayOpt = Annotated[Path | None, _opt("replay", "Replay a saved log at its recorded pace.", "--replay")]
 SpeedOpt = Annotated[float | None, _opt("speed", "Replay pace multiplier (default 1).", "--speed")]
-WindowOpt = Annotated[float | None, _opt("window", "Saturation window W in seconds (default 60).", "--window")]
-ThresholdOpt = Annotated[
-    float | None, _opt("threshold", "KV usage peak 0..1 for memory_bound (default 0.9).", "--threshold")
-]
+_WINDOW_HELP = f"Saturation window W in seconds (default {DEFAULT_WINDOW_SECONDS:g})."
+_THRESHOLD_HELP = f"KV usage peak 0..1 for memory_bound (default {DEFAULT_THRESHOLD:g})."
+WindowOpt = Annotated[float | None, _opt("window", _WINDOW_HELP, "--window")]
+ThresholdOpt = Annotated[float | None, _opt("threshold", _THRESHOLD_HELP, "--threshold")]
 MaxSeqsOpt = Annotated[
     int | None, _opt("max_num_seqs", "vLLM's max_num_seqs if the log does not say.", "--max-num-seqs")
 ]

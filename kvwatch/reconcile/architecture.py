@@ -2,7 +2,7 @@
 
 Owns: the frozen ``Architecture`` record; reading it from a config.json file, a model folder, a
 model id in the local Hugging Face cache (never downloaded), or the built-in catalogue
-(``kvwatch.reconcile.catalogue``); and validating config.json with one-line errors that name the
+(``kvwatch.reconcile.model_catalogue``); and validating config.json with one-line errors that name the
 field. ``resolve_model`` is the one entry point behind ``--model`` / ``--model-config``.
 
 Which layer holds what (per vLLM, see shared/reference/vllm-formats.md §7):
@@ -419,6 +419,6 @@ def resolve_model(
         return load_config_file(cached, name=name_or_path)
     if catalogue_lookup is not None:
         return catalogue_lookup(name_or_path)
-    from kvwatch.reconcile.catalogue import lookup  # local: the catalogue imports this module
+    from kvwatch.reconcile.model_catalogue import lookup  # local: the catalogue imports this module
 
     return lookup(name_or_path)

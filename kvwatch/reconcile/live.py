@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvwatch import __version__
-from kvwatch.parse.histogram import bucket_delta, bucket_quantile
+from kvwatch.histogram import bucket_delta, bucket_quantile
 from kvwatch.reconcile.expectation import request_from_histograms, request_from_stats
 from kvwatch.reconcile.facts import FactsBuilder, ServerFacts
 from kvwatch.reconcile.pool import RequestShape
@@ -27,6 +27,7 @@ from kvwatch.reconcile.saturation import (
     STATES,
     Observation,
     SaturationJudge,
+    SaturationState,
 )
 from kvwatch.records import (
     EngineSample,
@@ -437,7 +438,7 @@ class LiveState:
             put("kvwatch_kv_usage_peak_ratio", eng.judge.peak_kv_usage())
             state = eng.state
             if state is not None:
-                put("kvwatch_memory_bound", 1.0 if state == "memory_bound" else 0.0)
+                put("kvwatch_memory_bound", 1.0 if state == SaturationState.MEMORY_BOUND else 0.0)
                 for s in STATES:
                     put("kvwatch_saturation_state", 1.0 if s == state else 0.0, (("state", s),))
             if eng.preempt_log.total is not None:
