@@ -23,6 +23,10 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # click's own help layout: it wraps the help text to the terminal and never cuts an option
+    # name, where rich's option table cut "--gpu-memory-utilization" to "--gpu-memory-utili…" at
+    # 80 columns.
+    rich_markup_mode=None,
 )
 
 
@@ -44,7 +48,7 @@ def _analyze_only() -> typer.Typer:
     prometheus_client) cost 0.25 s of start-up, a fifth of analyzing a 400 MB log."""
     from kvwatch.commands import analyze
 
-    single = typer.Typer(name="kvwatch", add_completion=False, pretty_exceptions_enable=False)
+    single = typer.Typer(name="kvwatch", add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
     single.callback()(lambda: None)  # a group, as with every command: `kvwatch analyze PATH`
     single.command("analyze")(analyze.analyze)
     return single
@@ -74,9 +78,14 @@ def _lazy_rich_utils() -> ModuleType:
     return module
 
 
-# typer calls rich_utils.rich_format_error for usage errors (bad flag, missing value, bad choice).
+# typer calls rich_utils.rich_format_error for usage errors (bad flag, missing value, bad choice)
+# when rich formats its output, and the exception's show() when click does (rich_markup_mode=None,
+# kvwatch's setting): both print one line.
 _rich_utils = sys.modules.get("typer.rich_utils") or _lazy_rich_utils()
 _rich_utils.rich_format_error = _one_line_usage_error  # type: ignore[attr-defined]
+_click_exceptions = importlib.import_module("typer._click.exceptions")
+for _kind in (_click_exceptions.ClickException, _click_exceptions.UsageError):
+    _kind.show = lambda self, file=None: _one_line_usage_error(self)
 
 
 def main(argv: list[str] | None = None) -> None:
