@@ -28,7 +28,12 @@ COMMANDS = _commands()
 def test_every_flag_name_is_whole_at_80_columns(name: str) -> None:
     env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
     proc = subprocess.run(
-        [sys.executable, "-m", "kvwatch", name, "--help"], check=False, capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "kvwatch", name, "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
@@ -43,7 +48,12 @@ def test_every_flag_name_is_whole_at_80_columns(name: str) -> None:
 def test_the_capacity_flags_the_issue_named_are_whole() -> None:
     env = {**os.environ, "COLUMNS": "80"}
     text = subprocess.run(
-        [sys.executable, "-m", "kvwatch", "capacity", "--help"], check=False, capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "kvwatch", "capacity", "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     ).stdout
     for flag in ("--gpu-memory-utilization", "--max-num-batched-tokens", "--model", "--model-config"):
         assert flag in text, flag
