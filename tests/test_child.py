@@ -23,6 +23,7 @@ import pytest
 from kvwatch.errors import UsageError
 from kvwatch.sources.child import ChildProcess, exit_code
 from kvwatch.sources.lines import Line
+from tests.helpers import EVENT_CEILING_SECONDS
 
 PY = sys.executable
 
@@ -181,7 +182,7 @@ while True:
 """
 
 
-def read_until(stream: io.BufferedReader, marker: bytes, timeout: float = 20.0) -> bytes:
+def read_until(stream: io.BufferedReader, marker: bytes, timeout: float = EVENT_CEILING_SECONDS) -> bytes:
     """Read a pipe until ``marker`` shows up (or fail after ``timeout``); never sleeps."""
     seen = b""
     deadline = time.monotonic() + timeout
@@ -218,7 +219,7 @@ def test_signals_to_kvwatch_reach_the_child_and_its_exit_code_comes_back(
         seen = read_until(proc.stdout, b"\n")  # "ready <pid>\n", passed through by the harness
         child_pid = int(seen.split()[1])
         proc.send_signal(sig)  # only the harness: the child is in its own process group
-        rest, _ = proc.communicate(timeout=20)
+        rest, _ = proc.communicate(timeout=EVENT_CEILING_SECONDS)
         assert proc.returncode == expected_code
         assert expected_output in seen + rest
     finally:

@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.helpers import free_port, value, wait_for
+from tests.helpers import EVENT_CEILING_SECONDS, free_port, value, wait_for
 
 SEED = Path(__file__).parent / "fixtures" / "vllm-cpu-seed"
 
@@ -27,7 +27,7 @@ CHILD = textwrap.dedent(
     for l in stats:
         print(l, flush=True)
     go = pathlib.Path(sys.argv[2])
-    deadline = time.time() + 30
+    deadline = time.time() + 300  # the test touches it as soon as it has read /metrics
     while not go.exists() and time.time() < deadline:
         time.sleep(0.05)
     sys.exit(3)
@@ -54,11 +54,11 @@ def test_wrapper_mode_passes_output_through_exports_and_returns_the_childs_code(
             assert value(port, "kvwatch_kv_bytes_per_token", source="config") == 1024
             assert value(port, "kvwatch_kv_bytes_per_token", source="observed") == 1024
             go.touch()
-            code = proc.wait(30)
+            code = proc.wait(EVENT_CEILING_SECONDS)
         finally:
             if proc.poll() is None:
                 proc.kill()
-                proc.wait(10)
+                proc.wait(EVENT_CEILING_SECONDS)
     assert code == 3
     passed = out.read_text()
     assert "Waiting: 15 reqs" in passed  # stdout passed through unchanged
@@ -68,6 +68,6 @@ def test_wrapper_mode_passes_output_through_exports_and_returns_the_childs_code(
 
 def test_run_without_a_command_is_a_usage_error() -> None:
     proc = subprocess.run([sys.executable, "-m", "kvwatch", "run", "--listen", "127.0.0.1:0"],
-                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+                          capture_output=True, text=True, timeout=EVENT_CEILING_SECONDS, check=False)  # fmt: skip
     assert proc.returncode == 2
     assert "no command to run" in proc.stderr

@@ -39,7 +39,7 @@ def test_stdin_from_a_real_pipe_waits_for_complete_lines() -> None:
         assert source.wait(timeout=0.05) is False  # nothing complete yet
         assert source.poll() == []
         os.write(write_fd, b" and half\n")
-        assert source.wait(timeout=10) is True
+        assert source.wait(timeout=60) is True
         assert [line.text for line in source.poll()] == ["INFO half and half"]
         assert source.status().up
         os.close(write_fd)
@@ -117,5 +117,5 @@ def test_queue_offer_drops_instead_of_blocking_when_full() -> None:
 def test_queue_wait_wakes_on_a_put_from_another_thread() -> None:
     queue = QueuedLines()
     threading.Thread(target=queue.put, args=(Line("x"),)).start()
-    assert queue.wait(timeout=10) is True
+    assert queue.wait(timeout=60) is True
     assert queue.take() == [Line("x")]

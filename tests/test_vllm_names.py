@@ -42,7 +42,7 @@ def test_the_dashboards_and_rules_query_some_vllm_series() -> None:
 
 
 def test_a_name_the_table_lacks_is_refused_by_the_generator_helper() -> None:
-    with pytest.raises(ValueError, match="vllm:made_up_series_total not in kvwatch/parse/metricnames.py"):
+    with pytest.raises(ValueError, match=r"vllm:made_up_series_total not in kvwatch/parse/metricnames\.py"):
         vllm_series({"vllm:made_up_series_total": "a dashboard wants it"})
 
 
