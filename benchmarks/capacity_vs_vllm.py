@@ -6,7 +6,7 @@ Rows: every log under LOG_DIR (default tests/fixtures/real/logs) whose model res
 HF cache or path) and that states its KV memory, plus the cases whose model comes from outside the
 log text (the real vLLM CPU runs with their config.json; log 011, whose model the issue thread
 names). The pool is predicted from vLLM's own KV-memory figure, which is rounded to 0.01 GiB, so
-the prediction is a block range (vllm-formats.md §7.5); "ok" = the printed pool lies within one
+the prediction is a block range (docs/vllm-formats.md §7.5); "ok" = the printed pool lies within one
 block of it. The concurrency is predicted from the printed blocks with vLLM's formula and compared
 to 2 decimals. With --num-gpu-blocks-override vLLM prints its computed count in the override line;
 that count is the one compared (read here with a regex, as the analyze reader keeps only the final

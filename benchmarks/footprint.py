@@ -12,7 +12,7 @@ and a Prometheus-like client scrapes kvwatch every 15 s. After ``--minutes``:
 * latency: ``--probes`` times, a stats record with a unique "Running: N" is appended and
   /metrics polled every 5 ms until kvwatch_observed_running_requests == N; p50/p99.
 
-Targets (issue 4): RSS <= 60 MiB after 10 minutes at 500 lines/s with a 5 s scrape interval;
+Targets (the sidecar's budget): RSS <= 60 MiB after 10 minutes at 500 lines/s with a 5 s scrape interval;
 CPU <= 2 % of one core; record -> visible within 1 s at p99.
 
     .venv/bin/python benchmarks/footprint.py --minutes 10          # the acceptance run

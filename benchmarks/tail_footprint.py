@@ -1,6 +1,6 @@
 """Footprint of the log follower (kvwatch.sources.tail) against ``tail -F`` in the same run.
 
-Issue 4's budget for the whole sidecar: RSS <= 60 MiB, CPU <= 2 % of a core at 500 lines/s,
+The sidecar's footprint budget: RSS <= 60 MiB, CPU <= 2 % of a core at 500 lines/s,
 record -> visible within 1 s p99. This measures the follower's share of it: a writer process
 appends vLLM-sized lines (~250 bytes) at --rate lines/s, each stamped with its write time; a
 follower process runs the sidecar's loop (wait, poll, commit positions) and reports its CPU time,

@@ -74,7 +74,7 @@ class Settings:
     # deploy/compose/prometheus.yml set these job names; change all three together.
     kvwatch_selector: str = 'job="kvwatch"'
     vllm_selector: str = 'job="vllm"'
-    # memory_bound drops out the moment the queue is empty (CONTRACTS.md), and under bursty or
+    # memory_bound drops out the moment the queue is empty (docs/contracts.md), and under bursty or
     # closed-loop traffic the queue empties for a second between admissions: the real vLLM e2e run
     # went memory_bound -> preempting -> memory_bound three times in 30 s. An instant `== 1` would
     # reset `for` whenever an evaluation lands on such a second and might never page, so the alert
@@ -481,7 +481,7 @@ def instance_dashboard() -> dict[str, Any]:
                 Panel(
                     "Saturation state now",
                     "stat",
-                    "The state kvwatch judges over its 60 s window (CONTRACTS.md 'Saturation'): memory_bound "
+                    "The state kvwatch judges over its 60 s window (docs/contracts.md 'Saturation'): memory_bound "
                     "means requests wait because the KV cache is full, seq_bound that max_num_seqs is reached.",
                     ((f"kvwatch_saturation_state{{{F}}} == 1", "{{state}} (engine {{engine}})"),),
                     width=6,

@@ -2,7 +2,7 @@
 
 Commands live in ``kvwatch.commands``; each is a plain function whose annotations typer reads,
 and ends with ``raise typer.Exit(code)`` when the code is not 0.
-Exit codes (CONTRACTS.md): 0 success, 1 input read but unusable, 2 usage error. Bad input never
+Exit codes (docs/contracts.md): 0 success, 1 input read but unusable, 2 usage error. Bad input never
 prints a traceback: commands raise ``kvwatch.errors.KvwatchError`` with a one-line message.
 """
 
@@ -55,7 +55,7 @@ def _analyze_only() -> typer.Typer:
 
 
 def _one_line_usage_error(exc: Exception) -> None:
-    """typer prints usage errors as a multi-line rich panel; CONTRACTS.md wants one line on stderr."""
+    """typer prints usage errors as a multi-line rich panel; docs/contracts.md wants one line on stderr."""
     ctx = getattr(exc, "ctx", None)
     where = getattr(ctx, "command_path", "kvwatch")
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)

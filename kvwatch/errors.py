@@ -1,4 +1,4 @@
-"""The two ways kvwatch refuses input, mapped to CONTRACTS.md exit codes.
+"""The two ways kvwatch refuses input, mapped to docs/contracts.md exit codes.
 
 Commands raise these; ``kvwatch.cli.main`` turns them into one line on stderr and the exit code.
 No command prints a Python traceback for bad input.

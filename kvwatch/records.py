@@ -2,7 +2,7 @@
 
 Parsers produce them from text; the analyzer, the sidecar's reconciler and the exporter consume
 them. They are frozen and small. Add fields at the end with a default; never rename one (the JSON
-documents in CONTRACTS.md are built from them).
+documents in docs/contracts.md are built from them).
 
 Privacy: no record carries request content. A parser that sees a "Received request ... prompt:"
 line produces nothing from it (at most a count of request lines).

@@ -1,4 +1,4 @@
-"""The capacity model: the reference numbers of issue 3 and vllm-formats.md §7, per architecture."""
+"""The capacity model: reference numbers per architecture (docs/vllm-formats.md, "KV-cache sizing")."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _seventy_b_class() -> Architecture:
     )
 
 
-# --- issue 3 acceptance: bytes per token --------------------------------------------------------
+# --- bytes per token, per architecture ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_one_32k_request_of_llama31_8b_holds_4_gib() -> None:
     assert est.request_bytes == 4 * GIB
 
 
-# --- issue 3 acceptance: the 5 GiB pool -----------------------------------------------------------
+# --- the 5 GiB pool ---------------------------------------------------------------------------------
 
 
 def test_five_gib_pool_is_40960_tokens_in_2560_blocks_of_16() -> None:
@@ -106,7 +106,7 @@ def test_shared_prefix_counts_nothing_without_prefix_caching() -> None:
     assert est.max_concurrency == pytest.approx(81_920 / 8_500)
 
 
-# --- vllm-formats.md §7 worked example ----------------------------------------------------------
+# --- docs/vllm-formats.md §7 worked example ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -386,7 +386,7 @@ def test_levers_for_analysis_with_nothing_known_is_empty() -> None:
     assert levers_for_analysis({"capacity": {}, "config": {}}, None) == []
 
 
-# --- analyze's diagnosis levers (issue 3 item 8) ------------------------------------------------
+# --- analyze's diagnosis levers ----------------------------------------------------------------
 
 
 def test_analyze_diagnosis_gains_levers_with_a_model() -> None:

@@ -1,7 +1,7 @@
-"""kvwatch's predicted pool and concurrency against what real vLLM runs printed (issue 3).
+"""kvwatch's predicted pool and concurrency against what real vLLM runs printed.
 
 The pool is predicted from vLLM's own KV-memory line, rounded to 0.01 GiB, so it is a block range
-(vllm-formats.md §7.5): the printed pool must lie within one block of it. The concurrency at
+(docs/vllm-formats.md §7.5): the printed pool must lie within one block of it. The concurrency at
 max_model_len is predicted from the printed blocks and must equal vLLM's to 2 decimals.
 benchmarks/capacity_vs_vllm.py prints the same comparison as a table.
 """

@@ -36,7 +36,7 @@ ENGINE_DEAD = (
 
 
 def _naive_states(observations: list[Observation], window: float, threshold: float, max_num_seqs: int | None) -> list:
-    """CONTRACTS.md "Saturation" computed from scratch for each observation (the old list-based window)."""
+    """docs/contracts.md "Saturation" computed from scratch for each observation (the old list-based window)."""
     recent: list[Observation] = []
     out = []
     for obs in observations:

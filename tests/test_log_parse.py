@@ -1,6 +1,6 @@
 """The log reader, line kind by line kind and vLLM version by version.
 
-Lines here are CONSTRUCTED from the format strings quoted in ../shared/reference/vllm-formats.md
+Lines here are CONSTRUCTED from the format strings quoted in docs/vllm-formats.md
 (each id names the vLLM version whose format it fills); real captures are checked by
 test_contract.py and the golden files of test_analyze.py.
 """
@@ -25,7 +25,7 @@ def _stats(text: str) -> list[StatsRecord]:
     return [r for r in parse_line(text, 1) if isinstance(r, StatsRecord)]
 
 
-# ---- periodic stats records (vllm-formats.md §4) ------------------------------------------------
+# ---- periodic stats records (docs/vllm-formats.md §4) ------------------------------------------------
 
 V0_041 = (
     "INFO 11-29 14:05:10 metrics.py:218] Avg prompt throughput: 1532.4 tokens/s, Avg generation throughput: "
@@ -291,7 +291,7 @@ def test_lines_that_are_not_stats_records(line: str) -> None:
     assert _stats(line) == []
 
 
-# ---- startup lines (vllm-formats.md §3) --------------------------------------------------------------
+# ---- startup lines (docs/vllm-formats.md §3) --------------------------------------------------------------
 
 STARTUP_CASES = [
     pytest.param(
@@ -644,7 +644,7 @@ def test_startup_line_facts(line: str, expected: dict[str, Any]) -> None:
         assert facts.get(key) == value, key
 
 
-# ---- preemption and errors (vllm-formats.md §5) ---------------------------------------------------------
+# ---- preemption and errors (docs/vllm-formats.md §5) ---------------------------------------------------------
 
 PREEMPT = (
     "WARNING 11-29 14:06:44 scheduler.py:1481] Sequence group cmpl-5f3c-0 is preempted by PreemptionMode.{mode} "

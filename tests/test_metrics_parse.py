@@ -41,7 +41,7 @@ MISSING = object()
 
 
 def _resolve(doc: Any, path: str) -> Any:
-    """Dotted path into snapshot fields, as CONTRACTS.md names them (engines.0.running ...)."""
+    """Dotted path into snapshot fields, as docs/contracts.md names them (engines.0.running ...)."""
     cur = doc
     for part in path.split("."):
         if isinstance(cur, (list, tuple)) and part.isdigit():

@@ -220,7 +220,7 @@ def test_rules_reading_vllm_series_have_v0_and_v1_cases(alert: dict[str, Any]) -
         for s in test["input_series"]
         if s["series"].startswith("vllm:")
     ]
-    # V0 labels vLLM series with model_name only; V1 0.8.3+ adds engine (vllm-formats.md section 6).
+    # V0 labels vLLM series with model_name only; V1 0.8.3+ adds engine (docs/vllm-formats.md section 6).
     assert any("engine=" not in s for s in vllm_series), "no firing case with V0 labels"
     assert any("engine=" in s for s in vllm_series), "no firing case with V1 labels"
 

@@ -1,4 +1,4 @@
-"""The one definition of saturation (CONTRACTS.md), as analyze and watch both use it."""
+"""The one definition of saturation (docs/contracts.md), as analyze and watch both use it."""
 
 from __future__ import annotations
 

@@ -231,7 +231,7 @@ def test_scrapes_a_live_url_with_a_bearer_token(endpoint: _Endpoint, capsys: pyt
 
 
 # --------------------------------------------------------------------------------------------
-# Bad input: one line on stderr, CONTRACTS.md exit codes, never a traceback
+# Bad input: one line on stderr, docs/contracts.md exit codes, never a traceback
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Fault acceptance of the log follower (issue 4): rotations under load and restarts mid-stream.
+"""Fault acceptance of the log follower: rotations under load and restarts mid-stream.
 
 A writer thread appends numbered records at about 1,000 a second and rotates the log 20 times,
 alternating rename and copytruncate; the follower (with inotify, and with the polling fallback)

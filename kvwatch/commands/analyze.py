@@ -1,8 +1,8 @@
 """`kvwatch analyze PATH...`: postmortem of saved vLLM logs (plain, ``.gz``, ``-`` for stdin).
 
 Wires files -> log parser -> analysis -> report. ``--format json`` prints the ``kvwatch.analyze/1``
-document of CONTRACTS.md; ``text`` is for an on-call engineer, ``markdown`` for an incident doc.
-Exit codes (CONTRACTS.md): 2 when an input cannot be read (missing, a directory, unreadable, a
+document of docs/contracts.md; ``text`` is for an on-call engineer, ``markdown`` for an incident doc.
+Exit codes (docs/contracts.md): 2 when an input cannot be read (missing, a directory, unreadable, a
 damaged .gz); 1 when the inputs were read but hold no vLLM line at all (the document is still
 printed); 0 otherwise. A progress bar goes to stderr for large inputs, only on a terminal.
 """

@@ -3,7 +3,7 @@
 Flags -> a ``Deployment`` -> ``kvwatch.reconcile.capacity.estimate`` / ``levers`` -> a
 ``kvwatch.capacity/1`` document, printed as JSON or as a table. ``--from-log`` reads the pool, the
 config and the model through the analyze reader and adds an ``observed`` block that holds the
-prediction against what vLLM printed (vllm-formats.md §7.5: a printed GiB pins the pool only to a
+prediction against what vLLM printed (docs/vllm-formats.md §7.5: a printed GiB pins the pool only to a
 few blocks, so the prediction is a range).
 """
 
@@ -88,7 +88,7 @@ def _analyze(path: str) -> dict[str, Any]:
 def capacity_document(
     arch: Architecture, dep: Deployment, est: CapacityEstimate, rows: list[LeverRow]
 ) -> dict[str, Any]:
-    """The ``kvwatch.capacity/1`` document (issue 3 item 6; extra fields are additive)."""
+    """The ``kvwatch.capacity/1`` document (docs/contracts.md; extra fields are additive)."""
     layout = est.layout
     req = est.request
     return {

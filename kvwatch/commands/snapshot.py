@@ -1,11 +1,11 @@
 """`kvwatch snapshot PATH_OR_URL`: one vLLM /metrics exposition read into a normalised snapshot.
 
 PATH_OR_URL is a saved scrape (plain or gzip), ``-`` for stdin, or an http(s) URL scraped once.
-``--format json`` prints the ``kvwatch.snapshot/1`` document of CONTRACTS.md (plus additive
+``--format json`` prints the ``kvwatch.snapshot/1`` document of docs/contracts.md (plus additive
 fields: ``cache_config_by_engine``, ``skipped``, ``uncatalogued_metrics``, ``source``, and the
 ``request_num_preemptions`` histogram); ``--format text`` a compact table per engine.
 
-Exit codes (CONTRACTS.md): 2 when the input cannot be read (missing file, directory, bad URL,
+Exit codes (docs/contracts.md): 2 when the input cannot be read (missing file, directory, bad URL,
 endpoint down or answering an error); 1 when it was read but holds no vLLM metrics (empty,
 binary, another exporter's page); 0 otherwise. Each failure is one line on stderr.
 """
@@ -194,7 +194,7 @@ _ENGINE_HISTOGRAMS = ("request_prompt_tokens", "request_generation_tokens", "req
 
 
 def snapshot_document(reading: ExpositionReading, source: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``kvwatch.snapshot/1`` document (CONTRACTS.md) for one reading; absent values are null."""
+    """The ``kvwatch.snapshot/1`` document (docs/contracts.md) for one reading; absent values are null."""
     snap = reading.snapshot
     return {
         "schema": SCHEMA,

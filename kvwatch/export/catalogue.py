@@ -2,7 +2,7 @@
 
 The exporter emits exactly these (checked by a test both ways), and every dashboard query and
 alert expression may use only these names or vLLM's own (checked by tests over deploy/ and
-dashboards/). CONTRACTS.md fixes the minimum set; rows marked ``contract=True`` are in it.
+dashboards/). docs/contracts.md fixes the minimum set; rows marked ``contract=True`` are in it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kvwatch_kv_pool_bytes", "gauge", "KV-cache memory of the pool in bytes; source=log or config.", ("source",)
     ),
-    # CONTRACTS.md lists this as a gauge with a quantile label; promtool check metrics rejects a
+    # docs/contracts.md lists this as a gauge with a quantile label; promtool check metrics rejects a
     # quantile label on a non-summary, so it is typed summary (quantile samples only): same name,
     # same labels, same queries.
     MetricSpec(

@@ -6,7 +6,7 @@ terminal hard-wrapped onto the next physical line, telling a second server start
 (``RunStartRecord``), and telling a crash from the noise of a clean shutdown. The batch analyzer
 and the live sidecar both feed it lines.
 
-What a line may look like (vllm-formats.md §2, and the real logs in tests/fixtures/real):
+What a line may look like (docs/vllm-formats.md §2, and the real logs in tests/fixtures/real):
 ANSI codes or their remnants, an RFC3339 docker stamp, VLLM_LOGGING_PREFIX, one or more
 ``(NAME pid=N)`` prefixes (Ray actors nest parentheses), vLLM's header, a custom logging format or
 no header at all, CRLF endings, tqdm junk glued in front, inline backticks from a paste, and several

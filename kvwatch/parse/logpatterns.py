@@ -1,7 +1,7 @@
 """THE table of vLLM log patterns: every line kind kvwatch reads, with the vLLM versions that need it.
 
 Vocabulary is data (STYLE.md 4). Each row of ``LINE_KINDS`` says what text it matches, which vLLM
-versions print it (from ../shared/reference/vllm-formats.md, which quotes vLLM's source), why kvwatch
+versions print it (from docs/vllm-formats.md, which quotes vLLM's source), why kvwatch
 needs it and what it becomes: facts of the analyze document (``fields``), an error kind, or one of the
 few line kinds that need code (stats, preemption, args, config dump). Patterns key on vLLM's own
 message text and are searched anywhere in a cleaned line, so every prefix layout (none, custom
@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 # --------------------------------------------------------------------------------------------
-# Line prefixes (vllm-formats.md §2 and §9)
+# Line prefixes (docs/vllm-formats.md §2 and §9)
 # --------------------------------------------------------------------------------------------
 
 # ANSI colour codes (0.8.3-0.11 cyan process prefix, 0.12+ ColoredFormatter) and the remnants left
@@ -71,7 +71,7 @@ SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|Shutting down|received s
 SHUTDOWN_AFTER_DEATH = re.compile(r"\[shutdown\]|shutdown triggered|received signal|SIGINT|SIGTERM|KeyboardInterrupt")
 
 # --------------------------------------------------------------------------------------------
-# Periodic stats records (vllm-formats.md §4)
+# Periodic stats records (docs/vllm-formats.md §4)
 # --------------------------------------------------------------------------------------------
 
 # Where a stats record starts. V0 0.4.1-0.10.2 (metrics.py) and V1 0.7.3-0.33 (loggers.py) both
@@ -121,7 +121,7 @@ PREEMPTION = re.compile(
 )
 
 # --------------------------------------------------------------------------------------------
-# Startup arguments (vllm-formats.md §3.1-3.2): key -> analyze field
+# Startup arguments (docs/vllm-formats.md §3.1-3.2): key -> analyze field
 # --------------------------------------------------------------------------------------------
 
 # Keys of `args: Namespace(...)` (0.4.3-0.8.5), `non-default args: {...}` (0.9+) and the engine

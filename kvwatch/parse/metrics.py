@@ -386,7 +386,7 @@ def type_cache_config(labels: dict[str, str]) -> ConfigValues:
 
 
 def _top_level_config(by_engine: dict[str, ConfigValues]) -> ConfigValues:
-    """Engine "0" (or the unlabelled V0 series, or the first engine): CONTRACTS.md cache_config."""
+    """Engine "0" (or the unlabelled V0 series, or the first engine): docs/contracts.md cache_config."""
     for key in ("0", ""):
         if key in by_engine:
             return dict(by_engine[key])

@@ -1,4 +1,4 @@
-"""Log records -> the ``kvwatch.analyze/1`` document (CONTRACTS.md), with saturation and diagnosis.
+"""Log records -> the ``kvwatch.analyze/1`` document (docs/contracts.md), with saturation and diagnosis.
 
 ``Analysis`` folds records in input order with bounded state (counters, last/max values, one
 SaturationJudge per engine, a capped list of episodes and errors), so a 4 M-line log needs no more
@@ -53,7 +53,7 @@ STATS_LAST_KEYS = (
 def levers_hook(doc: dict[str, Any], model: str | None) -> list[Any]:
     """What could be changed to fix the diagnosis (CONTRACTS: "levers as in the capacity issue").
 
-    Filled by the capacity model (issue 3 item 8) from ``doc`` (the log's pool and config) and
+    Filled by the capacity model (kvwatch.reconcile.expectation) from ``doc`` (the log's pool and config) and
     ``model`` (a model name or config.json path from ``--model``/``--model-config``, else the
     model the log names): one row per lever, as ``kvwatch capacity`` prints them.
     """

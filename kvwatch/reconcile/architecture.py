@@ -5,7 +5,7 @@ model id in the local Hugging Face cache (never downloaded), or the built-in cat
 (``kvwatch.reconcile.model_catalogue``); and validating config.json with one-line errors that name the
 field. ``resolve_model`` is the one entry point behind ``--model`` / ``--model-config``.
 
-Which layer holds what (per vLLM, see shared/reference/vllm-formats.md §7):
+Which layer holds what (per vLLM, see docs/vllm-formats.md §7):
 ``full``    full attention: per-token KV for the whole context;
 ``sliding`` sliding-window attention: per-token KV bounded by the window;
 ``mamba``   a state-space layer: a fixed state per request, no per-token KV.

@@ -22,7 +22,7 @@ from typing import Any
 
 from kvwatch.errors import UsageError
 from kvwatch.reconcile.architecture import Architecture, resolve_model
-from kvwatch.reconcile.facts import GIB, ServerFacts
+from kvwatch.reconcile.facts import GIB, ServerFacts, as_int, as_number, as_positive_int
 from kvwatch.reconcile.levers import LeverRow, levers, unknown_row
 from kvwatch.reconcile.pool import (
     DEFAULT_BLOCK_SIZE,
@@ -33,32 +33,13 @@ from kvwatch.reconcile.pool import (
     Deployment,
     RequestShape,
     blocks_range_from_gib,
+    deployment_layout,
     estimate,
     kv_bytes_per_token,
-    kv_layout,
-    legacy_allocator,
-    mamba_pages,
     max_concurrency_at_max_model_len,
     printed_tokens_for,
 )
 from kvwatch.records import StatsRecord
-
-
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _pos_int(value: object) -> int | None:
-    number = _num(value)
-    return int(number) if number is not None and number > 0 else None
-
-
-def _int(value: object) -> int | None:
-    number = _num(value)
-    return None if number is None else int(number)
-
 
 # ---------------------------------------------------------------------------------------------
 # The server as a Deployment
@@ -73,21 +54,21 @@ def deployment_from_facts(
     The pool is the first the log states of: blocks, tokens, KV memory; then cache_config_info's.
     """
     cap, cfg = facts.capacity, facts.config
-    blocks = _int(cap.gpu_blocks)
-    tokens = _int(cap.kv_cache_tokens)
-    gib = _num(cap.kv_cache_memory_gib)
+    blocks = as_int(cap.gpu_blocks)
+    tokens = as_int(cap.kv_cache_tokens)
+    gib = as_number(cap.kv_cache_memory_gib)
     if blocks is None and tokens is None and gib is None:
-        blocks = _int(facts.metric("num_gpu_blocks"))
-        tokens = None if blocks is not None else _int(facts.metric("kv_cache_size_tokens"))
+        blocks = as_int(facts.metric("num_gpu_blocks"))
+        tokens = None if blocks is not None else as_int(facts.metric("kv_cache_size_tokens"))
     block_size = facts.block_size
-    weights_gib = _num(cap.weights_gib)
+    weights_gib = as_number(cap.weights_gib)
     kv_dtype = facts.kv_cache_dtype
-    util = _num(cfg.gpu_memory_utilization)
+    util = as_number(cfg.gpu_memory_utilization)
     prefix = cfg.enable_prefix_caching
     return Deployment(
         kv_cache_dtype=kv_dtype if kv_dtype and kv_dtype.lower() in KV_CACHE_DTYPE_BYTES else "auto",
         tp=facts.tensor_parallel_size or 1,
-        pp=_pos_int(cfg.pipeline_parallel_size) or 1,
+        pp=as_positive_int(cfg.pipeline_parallel_size) or 1,
         block_size=block_size or DEFAULT_BLOCK_SIZE,
         max_model_len=facts.max_model_len,
         max_num_batched_tokens=facts.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -106,10 +87,10 @@ def deployment_from_facts(
 def observed_architecture(facts: ServerFacts) -> Architecture | None:
     """Without a model: a one-layer stand-in with the observed bytes/token (KV memory / tokens)."""
     cap = facts.capacity
-    gib = _num(cap.kv_cache_memory_gib)
-    tokens = _int(cap.kv_cache_tokens)
-    blocks = _int(cap.gpu_blocks)
-    bs = _int(cap.block_size) or _int(facts.config.block_size)
+    gib = as_number(cap.kv_cache_memory_gib)
+    tokens = as_int(cap.kv_cache_tokens)
+    blocks = as_int(cap.gpu_blocks)
+    bs = as_int(cap.block_size) or as_int(facts.config.block_size)
     if tokens is None and blocks is not None and bs:
         tokens = blocks * bs
     computed = facts.computed_blocks
@@ -145,8 +126,8 @@ def model_from_facts(facts: ServerFacts) -> Architecture | None:
         arch = resolve_model(name)
     except UsageError:
         return None
-    gib = _num(facts.capacity.kv_cache_memory_gib)
-    tokens = _int(facts.capacity.kv_cache_tokens)
+    gib = as_number(facts.capacity.kv_cache_memory_gib)
+    tokens = as_int(facts.capacity.kv_cache_tokens)
     if gib is not None and tokens:
         dep = deployment_from_facts(facts, arch)
         try:
@@ -318,22 +299,14 @@ def check_against_facts(facts: ServerFacts, arch: Architecture, dep: Deployment 
     computed one (``capacity.computed_gpu_blocks``, when the reader provides it, is used instead).
     """
     dep = dep or deployment_from_facts(facts, arch)
-    layout = kv_layout(
-        arch,
-        kv_cache_dtype=dep.kv_cache_dtype,
-        tp=dep.tp,
-        pp=dep.pp,
-        block_size=dep.block_size,
-        legacy=legacy_allocator(dep.vllm_version),
-        mamba_pages=mamba_pages(arch, dep.vllm_version, dep.prefix_caching),
-    )
+    layout = deployment_layout(arch, dep)
     cap = facts.capacity
-    gib = _num(cap.kv_cache_memory_gib)
-    printed_blocks = _int(cap.gpu_blocks)
+    gib = as_number(cap.kv_cache_memory_gib)
+    printed_blocks = as_int(cap.gpu_blocks)
     computed_blocks = facts.computed_blocks
-    printed_tokens = _int(cap.kv_cache_tokens)
-    ratio = _num(cap.max_concurrency_ratio)
-    max_len = _int(cap.max_concurrency_tokens_per_request) or dep.max_model_len
+    printed_tokens = as_int(cap.kv_cache_tokens)
+    ratio = as_number(cap.max_concurrency_ratio)
+    max_len = as_int(cap.max_concurrency_tokens_per_request) or dep.max_model_len
     if printed_blocks is None and printed_tokens is not None and layout.uniform:
         printed_blocks = printed_tokens // layout.block_size
     out: dict[str, Any] = {

@@ -24,7 +24,7 @@ GIB = 1 << 30
 
 FactValue = str | int | float | bool | None
 
-# The analyze document's capacity.* and config.* keys, in the order CONTRACTS.md lists them.
+# The analyze document's capacity.* and config.* keys, in the order docs/contracts.md lists them.
 CAPACITY_KEYS = (
     "device",
     "gpu_blocks",
@@ -107,21 +107,22 @@ def _section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _num(value: object) -> float | None:
+def as_number(value: object) -> float | None:
     """A number, or None (booleans and strings are not sizes)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
 
 
-def _pos_int(value: object) -> int | None:
+def as_positive_int(value: object) -> int | None:
     """A positive whole number, or None (a size of 0 or less in a log is not a size)."""
-    number = _num(value)
+    number = as_number(value)
     return int(number) if number is not None and number > 0 else None
 
 
-def _int(value: object) -> int | None:
-    number = _num(value)
+def as_int(value: object) -> int | None:
+    """A whole number, or None."""
+    number = as_number(value)
     return None if number is None else int(number)
 
 
@@ -216,75 +217,77 @@ class ServerFacts:
     def block_size(self) -> int | None:
         """Tokens per KV block: the pool line's, else the engine config's, else cache_config_info's."""
         return (
-            _pos_int(self.capacity.block_size)
-            or _pos_int(self.config.block_size)
-            or _pos_int(self.metric("block_size"))
+            as_positive_int(self.capacity.block_size)
+            or as_positive_int(self.config.block_size)
+            or as_positive_int(self.metric("block_size"))
         )
 
     @property
     def config_block_size(self) -> int | None:
         """The configured block size (engine config, else cache_config_info): no pool line."""
-        return _pos_int(self.config.block_size) or _pos_int(self.metric("block_size"))
+        return as_positive_int(self.config.block_size) or as_positive_int(self.metric("block_size"))
 
     @property
     def max_model_len(self) -> int | None:
         """max_model_len as the engine config or the concurrency line states it."""
-        return _pos_int(self.config.max_seq_len) or _pos_int(self.capacity.max_concurrency_tokens_per_request)
+        return as_positive_int(self.config.max_seq_len) or as_positive_int(
+            self.capacity.max_concurrency_tokens_per_request
+        )
 
     @property
     def max_num_seqs(self) -> int | None:
         """vLLM's max_num_seqs as its args state it."""
-        return _int(self.config.max_num_seqs)
+        return as_int(self.config.max_num_seqs)
 
     @property
     def max_num_batched_tokens(self) -> int | None:
         """vLLM's max_num_batched_tokens as its args state it."""
-        return _pos_int(self.config.max_num_batched_tokens)
+        return as_positive_int(self.config.max_num_batched_tokens)
 
     @property
     def kv_memory_bytes(self) -> float | None:
         """KV-cache memory vLLM reports: the log's GiB, else cache_config's kv_cache_memory_bytes."""
-        gib = _num(self.capacity.kv_cache_memory_gib)
+        gib = as_number(self.capacity.kv_cache_memory_gib)
         if gib is not None:
             return gib * GIB
-        return _num(self.metric("kv_cache_memory_bytes"))
+        return as_number(self.metric("kv_cache_memory_bytes"))
 
     @property
     def log_pool_tokens(self) -> float | None:
         """The pool the log printed: its tokens, else blocks x block size."""
-        tokens = _num(self.capacity.kv_cache_tokens)
+        tokens = as_number(self.capacity.kv_cache_tokens)
         if tokens is not None:
             return tokens
-        blocks = _num(self.capacity.gpu_blocks)
-        size = _pos_int(self.capacity.block_size) or _pos_int(self.config.block_size)
+        blocks = as_number(self.capacity.gpu_blocks)
+        size = as_positive_int(self.capacity.block_size) or as_positive_int(self.config.block_size)
         return blocks * size if blocks is not None and size else None
 
     @property
     def metrics_pool_tokens(self) -> float | None:
         """The pool cache_config_info states: kv_cache_size_tokens, else num_gpu_blocks x block_size."""
-        tokens = _num(self.metric("kv_cache_size_tokens"))
+        tokens = as_number(self.metric("kv_cache_size_tokens"))
         if tokens is not None:
             return tokens
-        blocks = _num(self.metric("num_gpu_blocks"))
-        size = _pos_int(self.metric("block_size"))
+        blocks = as_number(self.metric("num_gpu_blocks"))
+        size = as_positive_int(self.metric("block_size"))
         return blocks * size if blocks is not None and size else None
 
     @property
     def override_blocks(self) -> float | None:
         """The --num-gpu-blocks-override pool in blocks, when one replaced vLLM's computed pool."""
         if self.capacity.computed_gpu_blocks is not None:
-            return _num(self.capacity.gpu_blocks)
-        return _num(self.metric("num_gpu_blocks_override"))
+            return as_number(self.capacity.gpu_blocks)
+        return as_number(self.metric("num_gpu_blocks_override"))
 
     @property
     def computed_blocks(self) -> int | None:
         """The blocks vLLM computed from its KV memory before an override replaced them."""
-        return _int(self.capacity.computed_gpu_blocks)
+        return as_int(self.capacity.computed_gpu_blocks)
 
     @property
     def printed_max_concurrency(self) -> float | None:
         """vLLM's own "Maximum concurrency for L tokens per request: X.XXx" (log, else /metrics)."""
-        return _num(self.capacity.max_concurrency_ratio) or _num(self.metric("kv_cache_max_concurrency"))
+        return as_number(self.capacity.max_concurrency_ratio) or as_number(self.metric("kv_cache_max_concurrency"))
 
     @property
     def kv_cache_dtype(self) -> str | None:
@@ -297,7 +300,7 @@ class ServerFacts:
     @property
     def tensor_parallel_size(self) -> int | None:
         """TP as the log or kvwatch's --tp states it."""
-        return _pos_int(self.config.tensor_parallel_size) or self.flag_tensor_parallel_size
+        return as_positive_int(self.config.tensor_parallel_size) or self.flag_tensor_parallel_size
 
     @property
     def model_name(self) -> str | None:

@@ -425,9 +425,9 @@ def default_weights_bytes(arch: Architecture, tp: int, pp: int) -> int | None:
     return None if total is None else total // (tp * pp)
 
 
-def estimate(arch: Architecture, dep: Deployment) -> CapacityEstimate:
-    """Everything ``kvwatch capacity`` reports for one model and deployment."""
-    layout = kv_layout(
+def deployment_layout(arch: Architecture, dep: Deployment) -> KvLayout:
+    """The KV layout of ``arch`` as ``dep`` launches it (its vLLM version picks the allocator)."""
+    return kv_layout(
         arch,
         kv_cache_dtype=dep.kv_cache_dtype,
         tp=dep.tp,
@@ -436,6 +436,11 @@ def estimate(arch: Architecture, dep: Deployment) -> CapacityEstimate:
         legacy=legacy_allocator(dep.vllm_version),
         mamba_pages=mamba_pages(arch, dep.vllm_version, dep.prefix_caching),
     )
+
+
+def estimate(arch: Architecture, dep: Deployment) -> CapacityEstimate:
+    """Everything ``kvwatch capacity`` reports for one model and deployment."""
+    layout = deployment_layout(arch, dep)
     max_len = dep.max_model_len or arch.max_position_embeddings
     mnbt = dep.max_num_batched_tokens
     weights = dep.weights_bytes if dep.weights_bytes is not None else default_weights_bytes(arch, dep.tp, dep.pp)

@@ -1,4 +1,4 @@
-"""The one definition of saturation (CONTRACTS.md "Saturation"), shared by analyze and watch.
+"""The one definition of saturation (docs/contracts.md "Saturation"), shared by analyze and watch.
 
 KV usage oscillates between stats records (95 % -> 61 % -> 95 % in the real seed run while 13-16
 requests wait), so a state is judged over a window W: memory_bound needs the KV usage to have

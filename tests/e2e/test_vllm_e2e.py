@@ -394,7 +394,7 @@ def test_observed_bytes_per_token_ignores_the_blocks_override(scenario: Scenario
 
 def _memory_bound_by_vllm_numbers(polls: list[Poll], window: float = 60.0, threshold: float = 0.9) -> bool:
     """Some poll of vLLM's /metrics has requests waiting while the KV usage peaked at the threshold
-    within the window before it (CONTRACTS.md "Saturation": usage swings between looks, so one
+    within the window before it (docs/contracts.md "Saturation": usage swings between looks, so one
     look rarely shows both at once)."""
     for i, poll in enumerate(polls):
         if (poll.vllm_waiting or 0) > 0:
@@ -462,7 +462,7 @@ def test_state_changes_are_logged_once_each(scenario: Scenario) -> None:
 
     The number of lines is not bounded by the number of polls: under this closed-loop load the
     queue can empty for a second between admissions, and memory_bound correctly drops out then
-    (CONTRACTS.md "Saturation"), so one minute of load can hold ten genuine changes. What a
+    (docs/contracts.md "Saturation"), so one minute of load can hold ten genuine changes. What a
     per-record logger cannot pass is the chain below: each line leaves the state the previous one
     entered, and never "changes" into the state it is already in."""
     _kvwatch_up(scenario)
