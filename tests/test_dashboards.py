@@ -2,31 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from kvwatch.export.catalogue import CATALOGUE, exposed_names
-from tests.conftest import ROOT, require_binary
-from tests.test_rules import GEN, RECORDS
-
-DASHBOARD_FILES = sorted((ROOT / "dashboards").glob("*.json"))
-DASHBOARDS: dict[str, dict[str, Any]] = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in DASHBOARD_FILES}
-INSTANCE = DASHBOARDS["kvwatch-instance.json"]
-FLEET = DASHBOARDS["kvwatch-fleet.json"]
-RECORD_NAMES = {r["record"] for r in RECORDS}
-
-
-def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in dashboard["panels"] if p["type"] != "row"]
-
-
-def _queries(dashboard: dict[str, Any]) -> list[str]:
-    return [expr for _, expr in GEN.panel_queries(dashboard)]
+from tests.conftest import require_binary
+from tests.generated_files import (
+    DASHBOARDS,
+    FLEET,
+    GEN,
+    INSTANCE,
+    RECORD_NAMES,
+)
+from tests.generated_files import panels as _panels
+from tests.generated_files import queries as _queries
 
 
 def test_the_two_dashboards_are_the_generated_ones() -> None:

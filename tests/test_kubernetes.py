@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, require_binary
-from tests.test_rules import GEN, RULE_DOC
+from tests.generated_files import GEN, RULE_DOC
 
 K8S = ROOT / "deploy" / "kubernetes"
 COMPOSE = ROOT / "deploy" / "compose"

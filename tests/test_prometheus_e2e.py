@@ -33,8 +33,7 @@ import yaml
 
 from tests.conftest import FIXTURES, ROOT, require_binary
 from tests.e2e.server import StartedProcess, free_port, start_process, stop_process_tree, wait_for_http_ok
-from tests.test_dashboards import DASHBOARDS, _queries
-from tests.test_rules import GEN
+from tests.generated_files import DASHBOARDS, GEN, queries
 
 SEED = FIXTURES / "vllm-cpu-seed"
 SPEED = 5.0  # the 264 s log replays in about 53 s; the memory-bound stretch (140 s) in 28 s
@@ -182,7 +181,7 @@ def panel_queries() -> dict[str, str]:
     """Every panel query of every dashboard as Grafana sends it (variables at All), by a readable id."""
     out = {}
     for name, dashboard in DASHBOARDS.items():
-        for i, expr in enumerate(_queries(dashboard)):
+        for i, expr in enumerate(queries(dashboard)):
             out[f"{name}#{i}"] = GEN.as_promql(expr, rate_interval="30s")
     return out
 

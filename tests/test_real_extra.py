@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from kvwatch.reconcile.analysis import analyze_paths
-from tests.test_contract import check_document
-from tests.test_transport_forms import FORMS, shipped
+from tests.contract_rules import check_document
+from tests.transport_forms import FORMS, shipped
 
 INDEX = Path(__file__).parent / "fixtures" / "real-extra" / "index.json"
 ENTRIES: list[dict[str, Any]] = json.loads(INDEX.read_text())

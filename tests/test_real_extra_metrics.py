@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from tests.test_contract import ENTRIES as SHARED_ENTRIES
-from tests.test_contract import INDEX as SHARED_INDEX
-from tests.test_contract import check_document
-from tests.test_transport_forms import SCRAPE_FORMS, pasted, snapshot_of
+from tests.contract_rules import ENTRIES as SHARED_ENTRIES
+from tests.contract_rules import INDEX as SHARED_INDEX
+from tests.contract_rules import check_document
+from tests.transport_forms import SCRAPE_FORMS, pasted, snapshot_of
 
 INDEX = Path(__file__).parent / "fixtures" / "real-extra-metrics" / "index.json"
 ENTRIES: list[dict[str, Any]] = json.loads(INDEX.read_text())

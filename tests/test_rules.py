@@ -6,46 +6,26 @@ deploy/prometheus/kvwatch-rules.test.yaml are written by hand and are the specif
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-import yaml
 
 from kvwatch.export.catalogue import exposed_names
 from tests.conftest import ROOT, require_binary
-
-PROM_DIR = ROOT / "deploy" / "prometheus"
-RULES = PROM_DIR / "kvwatch-rules.yaml"
-RULE_TESTS = PROM_DIR / "kvwatch-rules.test.yaml"
-RUNBOOK = ROOT / "docs" / "runbook.md"
-
-
-def load_generator() -> ModuleType:
-    """deploy/generate.py as a module (it is a script, not part of the kvwatch package)."""
-    name = "kvwatch_deploy_generate"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "deploy" / "generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = load_generator()
-RULE_DOC: dict[str, Any] = yaml.safe_load(RULES.read_text(encoding="utf-8"))
-ALL_RULES: list[dict[str, Any]] = [r for g in RULE_DOC["groups"] for r in g["rules"]]
-ALERTS = [r for r in ALL_RULES if "alert" in r]
-RECORDS = [r for r in ALL_RULES if "record" in r]
-RULE_TEST_DOC: dict[str, Any] = yaml.safe_load(RULE_TESTS.read_text(encoding="utf-8"))
+from tests.generated_files import (
+    ALERTS,
+    ALL_RULES,
+    GEN,
+    PROM_DIR,
+    RECORDS,
+    RULE_TEST_DOC,
+    RULE_TESTS,
+    RULES,
+    RUNBOOK,
+)
 
 
 def allowed_names() -> set[str]:
