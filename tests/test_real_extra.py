@@ -5,8 +5,8 @@ in its README.md and index.json, same schema as tests/fixtures/real/index.json),
 shared set lacks: V0 inside 0.8's bracket header, TorchServe and markdown-list wrappers, Ray's
 ``pid=N, ip=ADDR`` prefix, a command line behind environment assignments, the pre-OpenAI demo server,
 an engine death followed by uvicorn's own "Shutting down", V1 scheduler preemption/resume lines. The
-checks are ``tests.test_contract.check_document`` run in process, as written and in every transport
-form of tests/test_transport_forms.py.
+checks are ``tests.contract_rules.check_document`` run in process, as written and in every transport
+form of tests/transport_forms.py.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ tests/fixtures/real/index.json), chosen for what the shared set lacks: cache_con
 engine gauges, counters with ``_created`` gauges and both prefix-cache names, a cache_config_info line
 split by blank lines, label sets elided with ``...``, two model_names (LoRA) on one server, a
 data-parallel engine 1, Ray's ``ray_vllm_`` (underscore) names. The checks are
-``tests.test_contract.check_document`` run in process, as written and in every paste form of
-tests/test_transport_forms.py; these and the shared set's scrapes also in MORE_FORMS below.
+``tests.contract_rules.check_document`` run in process, as written and in every paste form of
+tests/transport_forms.py; these and the shared set's scrapes also in MORE_FORMS below.
 """
 
 from __future__ import annotations
