@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from kvwatch.errors import UsageError
 from kvwatch.export.collector import StateCollector
+from kvwatch.export.exposition import samples
 from kvwatch.export.server import MetricsServer
 from kvwatch.reconcile.live import Event, Expected, LiveState
 from kvwatch.records import LogRecord
@@ -78,7 +79,7 @@ class Sidecar:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StateCollector(self.state.samples, self.lock, clock))
+        self.registry.register(StateCollector(lambda now: samples(self.state, now), self.lock, clock))
         self.server = MetricsServer(self.registry, listen, healthy=lambda: not self.stopping.is_set())
         self._threads: list[threading.Thread] = []
         self._uncommitted = False

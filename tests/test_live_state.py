@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvwatch.export.catalogue import BY_NAME, CATALOGUE
 from kvwatch.export.collector import StateCollector
+from kvwatch.export.exposition import samples
 from kvwatch.reconcile.live import Expected, LiveState
 from kvwatch.records import (
     EngineSample,
@@ -67,11 +68,11 @@ def _snapshot(*engines: EngineSample, **cache: object) -> MetricsSnapshot:
 
 
 def _values(state: LiveState, now: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, s.labels): s.value for s in state.samples(now)}
+    return {(s.name, s.labels): s.value for s in samples(state, now)}
 
 
 def _get(live: LiveState, now: float, name: str, **labels: str) -> float | None:
-    for s in live.samples(now):
+    for s in samples(live, now):
         d = dict(s.labels)
         if s.name == name and all(d.get(k) == v for k, v in labels.items()):
             return s.value
@@ -175,7 +176,7 @@ def test_reconcile_ratios_and_one_mismatch_event_naming_a_cause() -> None:
 
 
 def test_absent_inputs_export_nothing_rather_than_zero() -> None:
-    names = {s.name for s in LiveState().samples(0)}
+    names = {s.name for s in samples(LiveState(), 0)}
     assert names == {"kvwatch_build_info"}
 
 
@@ -183,7 +184,7 @@ def test_label_values_are_bounded_when_engines_multiply() -> None:
     state = LiveState()
     for i in range(200):
         state.on_log_record(_stats(1, 0, 1.0, engine=i), 0)
-    engines = {dict(s.labels).get("engine") for s in state.samples(0)} - {None}
+    engines = {dict(s.labels).get("engine") for s in samples(state, 0)} - {None}
     assert len(engines) <= 65
 
 
@@ -211,7 +212,7 @@ def _full_state() -> LiveState:
 
 def test_exporter_emits_exactly_the_catalogue() -> None:
     registry = CollectorRegistry()
-    registry.register(StateCollector(_full_state().samples, clock=lambda: 2.0))
+    registry.register(StateCollector(lambda now: samples(_full_state(), now), clock=lambda: 2.0))
     text = generate_latest(registry).decode()
     families = {f.name for f in text_string_to_metric_families(text)}
     exported = {name + ("_total" if BY_NAME.get(name + "_total", None) else "") for name in families}
@@ -227,7 +228,7 @@ def test_exporter_emits_exactly_the_catalogue() -> None:
 def test_promtool_check_metrics_passes_on_the_exposition() -> None:
     promtool = require_binary("promtool")
     registry = CollectorRegistry()
-    registry.register(StateCollector(_full_state().samples, clock=lambda: 2.0))
+    registry.register(StateCollector(lambda now: samples(_full_state(), now), clock=lambda: 2.0))
     proc = subprocess.run(
         [promtool, "check", "metrics"], input=generate_latest(registry), capture_output=True, check=False
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kvwatch.cli import main
+from kvwatch.export.exposition import samples
 from kvwatch.parse.log import LogParser
 from kvwatch.reconcile.architecture import resolve_model
 from kvwatch.reconcile.live import Event, LiveState
@@ -53,7 +54,7 @@ def _replay(name: str) -> tuple[LiveState, list[Event]]:
 
 
 def _value(state: LiveState, name: str, **labels: str) -> float | None:
-    for s in state.samples(0.0):
+    for s in samples(state, 0.0):
         if s.name == name and all(dict(s.labels).get(k) == v for k, v in labels.items()):
             return s.value
     return None

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvwatch.cli import main
+from kvwatch.export.exposition import samples
 from kvwatch.parse.log import LogParser
 from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.architecture import resolve_model
@@ -38,7 +39,7 @@ def _sidecar_whatifs() -> dict[str, float]:
             state.on_log_record(record, float(n))
     for record in parser.finish():
         state.on_log_record(record, 0.0)
-    return {dict(s.labels)["lever"]: s.value for s in state.samples(0.0) if s.name == "kvwatch_whatif_max_concurrency"}
+    return {dict(s.labels)["lever"]: s.value for s in samples(state, 0.0) if s.name == "kvwatch_whatif_max_concurrency"}
 
 
 def _capacity_from_log(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kvwatch.export.catalogue import BY_NAME, CATALOGUE
-from kvwatch.reconcile.live import Sample
+from kvwatch.export.exposition import Sample
 
 
 class StateCollector(Collector):

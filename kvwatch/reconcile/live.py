@@ -3,7 +3,8 @@
 Owns, per (model_name, engine): the observed scheduler numbers (from /metrics when fresh, else
 from the log), the saturation state (kvwatch.reconcile.saturation), reset-aware preemption
 counters, the observed request footprint, and the reconcile ratios of what vLLM reports against
-what the model's config.json predicts. It renders that as plain samples for the exporter.
+what the model's config.json predicts. It hands the exporter a ``LiveView`` of that, by meaning;
+kvwatch.export.exposition chooses the metric names and labels.
 
 No I/O and no clock: every call takes ``now`` (seconds, wall clock) from the caller. Not
 thread-safe by itself; the wiring serialises calls with one lock.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvwatch import __version__
@@ -24,10 +25,8 @@ from kvwatch.reconcile.pool import RequestShape
 from kvwatch.reconcile.saturation import (
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW_SECONDS,
-    STATES,
     Observation,
     SaturationJudge,
-    SaturationState,
 )
 from kvwatch.records import (
     EngineSample,
@@ -51,12 +50,52 @@ Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
-    """One exported value: metric name (from the catalogue), labels, value."""
+class SourceView:
+    """How one source (``log``, ``metrics``) is doing: up, errors so far, last read's duration."""
 
-    name: str
-    labels: Labels
-    value: float
+    source: str
+    up: float
+    errors: float
+    duration: float | None
+    last_success: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineView:
+    """What the live state knows about one (model_name, engine), by meaning; None: not known.
+
+    Pairs are (label value, value): the source of a pool figure, the basis of a concurrency, a
+    lever, a reconcile check, the quantile of a request size. The exporter
+    (kvwatch.export.exposition) chooses the metric names and label names.
+    """
+
+    model_name: str
+    engine: str
+    pool_tokens: tuple[tuple[str, float], ...]
+    bytes_per_token: tuple[tuple[str, float], ...]
+    pool_bytes: tuple[tuple[str, float], ...]
+    max_num_seqs: float | None
+    request_tokens: tuple[tuple[str, float], ...]
+    max_concurrency: tuple[tuple[str, float | None], ...]
+    whatif: tuple[tuple[str, float], ...]
+    reconcile: tuple[tuple[str, float], ...]
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    kv_usage_peak: float | None
+    state: str | None
+    preemptions: tuple[tuple[str, float], ...]
+    last_stats_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveView:
+    """The whole state at one instant, for the exporter: kvwatch's version, sources, engines."""
+
+    version: str
+    sources: tuple[SourceView, ...]
+    record_counts: tuple[tuple[str, float], ...]
+    engines: tuple[EngineView, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,20 +416,12 @@ class LiveState:
 
     # ------------------------------------------------------------------ output
 
-    def samples(self, now: float) -> list[Sample]:
-        """Everything the exporter shows, computed now from the latest state."""
-        out: list[Sample] = [Sample("kvwatch_build_info", (("version", __version__),), 1.0)]
-        for source, info in sorted(self.sources.items()):
-            lab = (("source", source),)
-            out.append(Sample("kvwatch_source_up", lab, info["up"] or 0.0))
-            out.append(Sample("kvwatch_source_errors_total", lab, info["errors"] or 0.0))
-            if info["duration"] is not None:
-                out.append(Sample("kvwatch_source_duration_seconds", lab, info["duration"]))
-            if info["last_success"] is not None:
-                out.append(Sample("kvwatch_source_last_success_timestamp_seconds", lab, info["last_success"]))
-        for kind, count in sorted(self.record_counts.items()):
-            out.append(Sample("kvwatch_log_records_total", (("kind", kind),), count))
-
+    def view(self, now: float) -> LiveView:
+        """Everything the exporter shows, computed now from the latest state (names: kvwatch.export)."""
+        sources = tuple(
+            SourceView(source, info["up"] or 0.0, info["errors"] or 0.0, info["duration"], info["last_success"])
+            for source, info in sorted(self.sources.items())
+        )
         facts = self.facts()
         engines = self.engines or ({"0": self._engine("0")} if self.server.stated else {})
         pool = self.pool_tokens()
@@ -398,56 +429,54 @@ class LiveState:
         kv_bytes = facts.kv_memory_bytes
         mns = self.max_num_seqs()
         expected = self.expected()
-        ratios = sorted(self.reconcile_ratios().items())  # server-wide, computed once per render
+        ratios = tuple(sorted(self.reconcile_ratios().items()))  # server-wide, computed once per render
+        views = []
         for eng in sorted(engines.values(), key=lambda e: e.engine):
-            base = (("model_name", self._model_name(eng)), ("engine", eng.engine))
-
-            def put(name: str, value: float | None, extra: Labels = (), base: Labels = base) -> None:
-                if value is not None and math.isfinite(value):
-                    out.append(Sample(name, base + extra, float(value)))
-
-            for source, value in sorted(pool.items()):
-                put("kvwatch_kv_pool_tokens", value, (("source", source),))
-            for source, value in sorted(bpt.items()):
-                put("kvwatch_kv_bytes_per_token", value, (("source", source),))
+            pool_bytes: list[tuple[str, float]] = []
             if kv_bytes is not None and facts.override_blocks is None:
                 # With --num-gpu-blocks-override the memory figure is what was available, not the pool.
-                put("kvwatch_kv_pool_bytes", kv_bytes, (("source", "log"),))
+                pool_bytes.append(("log", kv_bytes))
             if bpt.get("config") and pool.get("config"):
-                put("kvwatch_kv_pool_bytes", bpt["config"] * pool["config"], (("source", "config"),))
-            put("kvwatch_max_num_seqs", float(mns) if mns is not None else None)
+                pool_bytes.append(("config", bpt["config"] * pool["config"]))
             observed_pool = pool.get("metrics") or pool.get("log")
             req = self.request_tokens(eng)
-            for quantile, value in sorted(req.items()):
-                put("kvwatch_request_tokens", value, (("quantile", quantile),))
+            concurrency: list[tuple[str, float | None]] = []
+            whatif: tuple[tuple[str, float], ...] = ()
             if observed_pool:
-                put("kvwatch_max_concurrency", self._concurrency_at_len(observed_pool), (("basis", "max_model_len"),))
+                concurrency.append(("max_model_len", self._concurrency_at_len(observed_pool)))
             if observed_pool and req.get("0.95"):
-                put("kvwatch_max_concurrency", observed_pool / req["0.95"], (("basis", "observed_p95"),))
+                concurrency.append(("observed_p95", observed_pool / req["0.95"]))
                 shape = self.request_shape(eng)
                 if expected and expected.whatif and shape is not None:
-                    for lever, value in sorted(expected.whatif(observed_pool, shape).items()):
-                        put("kvwatch_whatif_max_concurrency", value, (("lever", lever),))
-            for check, ratio in ratios:
-                put("kvwatch_reconcile_ratio", ratio, (("check", check),))
-
+                    whatif = tuple(sorted(expected.whatif(observed_pool, shape).items()))
             running, waiting, kv_ratio = self._observed(eng, now)
-            put("kvwatch_observed_running_requests", running)
-            put("kvwatch_observed_waiting_requests", waiting)
-            put("kvwatch_observed_kv_usage_ratio", kv_ratio)
-            put("kvwatch_kv_usage_peak_ratio", eng.judge.peak_kv_usage())
-            state = eng.state
-            if state is not None:
-                put("kvwatch_memory_bound", 1.0 if state == SaturationState.MEMORY_BOUND else 0.0)
-                for s in STATES:
-                    put("kvwatch_saturation_state", 1.0 if s == state else 0.0, (("state", s),))
-            if eng.preempt_log.total is not None:
-                put("kvwatch_preemptions_total", eng.preempt_log.total, (("source", "log"),))
-            if eng.preempt_metrics.total is not None:
-                put("kvwatch_preemptions_total", eng.preempt_metrics.total, (("source", "metrics"),))
-            if eng.log_stats_at is not None:
-                put("kvwatch_last_stats_timestamp_seconds", eng.log_stats_at)
-        return out
+            preemptions = tuple(
+                (source, counter.total)
+                for source, counter in (("log", eng.preempt_log), ("metrics", eng.preempt_metrics))
+                if counter.total is not None
+            )
+            views.append(
+                EngineView(
+                    model_name=self._model_name(eng),
+                    engine=eng.engine,
+                    pool_tokens=tuple(sorted(pool.items())),
+                    bytes_per_token=tuple(sorted(bpt.items())),
+                    pool_bytes=tuple(pool_bytes),
+                    max_num_seqs=float(mns) if mns is not None else None,
+                    request_tokens=tuple(sorted(req.items())),
+                    max_concurrency=tuple(concurrency),
+                    whatif=whatif,
+                    reconcile=ratios,
+                    running=running,
+                    waiting=waiting,
+                    kv_usage=kv_ratio,
+                    kv_usage_peak=eng.judge.peak_kv_usage(),
+                    state=eng.state,
+                    preemptions=preemptions,
+                    last_stats_at=eng.log_stats_at,
+                )
+            )
+        return LiveView(__version__, sources, tuple(sorted(self.record_counts.items())), tuple(views))
 
     def reconcile_ratios(self) -> dict[str, float]:
         """observed / expected for pool_tokens, bytes_per_token and max_concurrency."""
@@ -621,8 +650,3 @@ def _fmt(value: float | None) -> str:
     if value is None:
         return "?"
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
-
-
-def iter_names(samples: Iterable[Sample]) -> set[str]:
-    """The metric names present in ``samples`` (for catalogue checks)."""
-    return {s.name for s in samples}
