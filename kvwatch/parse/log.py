@@ -24,6 +24,7 @@ never becomes a record, a label value or a message.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable
@@ -382,6 +383,10 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
     # Quoted strings of the segment: a client's string (a repr, a JSON string) that spells a
     # record is none. Most segments have no quote at all.
     spans = quoted_spans(text) if "'" in text or '"' in text else []
+    # Under a vLLM header a record's words begin the message (``logpatterns.MESSAGE_LEAD``); the
+    # same words further in are another message's (text glued after it). Without a header (pastes,
+    # continuation lines) there is no message start to hold them to.
+    lead = -1 if logger is None else _lead_end(text)
     # ---- periodic stats (several may be glued without a header between them) ----
     if stats_ok and P.STATS_START in text:
         starts = []
@@ -390,6 +395,14 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
             if not spans or not inside(spans, pos):
                 starts.append(pos)
             pos = text.find(P.STATS_START, pos + 1)
+        if lead != -1 and starts:
+            # The first begins the message; each other one directly follows a whole record before
+            # it (records glued with no header between them).
+            kept = [starts[0]] if starts[0] <= lead else []
+            for prev, s in itertools.pairwise(starts):
+                if kept and kept[-1] == prev and _stats_complete(text[prev:s]):
+                    kept.append(s)
+            starts = kept
         for i, s in enumerate(starts):
             end = starts[i + 1] if i + 1 < len(starts) else len(text)
             body = text[s:end]
@@ -403,10 +416,16 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
         if starts:
             return
     m = P.PREFIX_HIT_V0.search(text)
-    if m and logger_allows("prefix_hit_v0", logger) and not inside(spans, m.start()):
+    if (
+        m
+        and logger_allows("prefix_hit_v0", logger)
+        and not inside(spans, m.start())
+        and (lead == -1 or m.start() <= lead)
+    ):
         out.records.append(PrefixHitRecord(lineno, ts, float(m.group(1)), float(m.group(2))))
         return
     m = P.PREEMPTION.search(text)
+    # V0 scheduler.py: "Sequence group 12 is preempted by ...": the words follow the group's id.
     if m and logger_allows("preemption", logger) and not inside(spans, m.start()):
         cumulative = int(m.group(2)) if m.group(2) else None
         out.records.append(
@@ -416,6 +435,7 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
     if P.SHUTDOWN.search(text):
         out.shutdown = True
         out.stop_signal = out.stop_signal or P.SHUTDOWN_AFTER_DEATH.search(text) is not None
+    ends: dict[str, int] = {}  # row name -> where its words ended, for rows that may follow it
     for row in P.LINE_KINDS:
         if row.anchor not in text:
             continue
@@ -424,6 +444,11 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
             continue
         if not logger_allows(row.name, logger) or (spans and inside(spans, m.start())):
             continue  # another module's words, or a quoted string's: not this vLLM line
+        if lead != -1 and m.start() > lead and row.name not in P.MID_MESSAGE_ROWS:
+            after = ends.get(P.FOLLOWS.get(row.name, ""), -1)
+            if after == -1 or text[after : m.start()].strip(" ,;.") != "":
+                continue  # further into another message: not a record of its own
+        ends[row.name] = m.end()
         if row.phase is not None:
             out.kinds.append((row.name, row.phase))
         for names, raw in zip(row.fields, m.groups(), strict=False):
@@ -441,6 +466,12 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
                 value = _arg_value(name, km.group(2))
                 if value is not None and _add_fact(out, lineno, ts, name, value) and name == "config.block_size":
                     out.records.append(FactRecord(lineno, ts, "capacity.block_size", value))
+
+
+def _lead_end(text: str) -> int:
+    """Where a message under a vLLM header may begin a record (after ``logpatterns.MESSAGE_LEAD``)."""
+    m = P.MESSAGE_LEAD.match(text)
+    return m.end() if m else 0
 
 
 def _cli_facts(rest: str, lineno: int, ts: LogTime | None, out: LineScan) -> None:

@@ -268,6 +268,43 @@ KIND_LOGGERS: dict[str, str] = {
     "attention_block_size": "config",
 }
 
+# Where a record's words begin in a message under a vLLM header: at the message's start, behind only
+# what vLLM itself writes before them: the ASCII-art logo's glyphs (0.16+ api_utils.py), V1's
+# "Engine 000: " / "N Engines Aggregated: " (loggers.py; "Engine 000: vllm cache_config_info ..." in
+# 0.9-0.11), V0's "# " of "# GPU blocks", and for an
+# error the exception's class and module path, as a traceback's last line or logger.exception writes
+# it ("torch.OutOfMemoryError: ", "RuntimeError: ", "vllm.v1.engine.exceptions." before
+# "EngineDeadError: ..."; Ray's "RayTaskError(ValueError): "). A kind's words further into a
+# message belong to that message (a client's text glued after it, say), not to a record of their own.
+MESSAGE_LEAD = re.compile(
+    r"[\s\u2580-\u259f]*(?:Engine \d+: (?:vllm )?|\d+ Engines Aggregated: )?(?:#\s*)?"
+    r"(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\w*(?:\([\w.]*\))?: )*(?:[A-Za-z_]\w*\.)*"
+)
+# Rows whose words sit inside a longer vLLM message, exempt from MESSAGE_LEAD (their logger is still
+# checked): V1 gpu_worker.py's memory summary ("Free memory on device (...) on startup. Desired GPU
+# memory utilization is (...). ... Current kv cache memory in use is X GiB", 0.11+), the CUDA-graph
+# notice and the kv_cache_memory_bytes and CPU-backend KV lines (worded mid-sentence), V0's memory
+# profiling parts (0.6.5-0.10.2 worker.py, one line or three).
+MID_MESSAGE_ROWS = frozenset(
+    (
+        "memory_summary_util",
+        "memory_summary_kv",
+        "cudagraph_util",
+        "kv_memory_bytes",
+        "cpu_kv_space",
+        "profile_v064",
+        "profile_budget",
+        "profile_util_tab",
+        "profile_weights",
+        "profile_kv",
+        "profile_kv_tab",
+        "profile_kv_hpu",
+    )
+)
+# Rows that may follow another row's words in one message: 0.28+ kv_cache_utils.py merges
+# "GPU KV cache size: N tokens, Maximum concurrency for M tokens per request: Rx".
+FOLLOWS: dict[str, str] = {"max_concurrency": "kv_size"}
+
 # --------------------------------------------------------------------------------------------
 # Periodic stats records (vllm-formats.md §4)
 # --------------------------------------------------------------------------------------------
