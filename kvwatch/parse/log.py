@@ -446,7 +446,7 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
             continue  # another module's words, or a quoted string's: not this vLLM line
         if lead != -1 and m.start() > lead and row.name not in P.MID_MESSAGE_ROWS:
             after = ends.get(P.FOLLOWS.get(row.name, ""), -1)
-            if after == -1 or text[after : m.start()].strip(" ,;.") != "":
+            if after == -1 or text[after : m.start()] != P.FOLLOWS_SEPARATOR:
                 continue  # further into another message: not a record of its own
         ends[row.name] = m.end()
         if row.phase is not None:

@@ -177,7 +177,9 @@ REQUEST_MARKERS: tuple[str, ...] = tuple(dict.fromkeys(f.marker for f in ECHO_FO
 # request line: the echo starts at uvicorn's level prefix, or at the line's start without one.
 # ACCESS_ANCHOR is the literal tested first.
 ACCESS_ANCHOR = " HTTP/"
-ACCESS_REQUEST = re.compile(r'"(?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE) \S* HTTP/\d')
+# The path may hold spaces where a proxy or another server wrote it unquoted: the method after a quote
+# with " HTTP/" later on the line is enough.
+ACCESS_REQUEST = re.compile(r'"(?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE) (?=.*? HTTP/\d)')
 ACCESS_LEVEL = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s")
 
 # Who writes each record kind: the file of vLLM's header ("[loggers.py:335]", basename of 0.11.1+'s
@@ -301,9 +303,11 @@ MID_MESSAGE_ROWS = frozenset(
         "profile_kv_hpu",
     )
 )
-# Rows that may follow another row's words in one message: 0.28+ kv_cache_utils.py merges
-# "GPU KV cache size: N tokens, Maximum concurrency for M tokens per request: Rx".
+# Rows that may follow another row's words in one message, right after FOLLOWS_SEPARATOR: 0.28+
+# v1/core/kv_cache_utils.py (_report_kv_cache_config, 0.32) logs one message
+# "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx".
 FOLLOWS: dict[str, str] = {"max_concurrency": "kv_size"}
+FOLLOWS_SEPARATOR = ", "
 
 # --------------------------------------------------------------------------------------------
 # Periodic stats records (vllm-formats.md §4)
