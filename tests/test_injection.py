@@ -515,3 +515,18 @@ def test_real_vllm_echoes_change_neither_the_document_nor_the_series_of_a_real_l
     b.write_text("\n".join(plain) + "\n", encoding="utf-8")
     assert _document(a) == _document(b)
     assert _exposition(mixed) == _exposition(plain)
+
+
+def test_the_sidecar_labels_no_series_with_a_model_name_no_model_has() -> None:
+    # Facts can reach LiveState from elsewhere than the line parser; it checks them again.
+    stats = parse_line(PAYLOADS["stats_v1"][0], 1)
+    for value, label in (('evil model"} 1', 'model_name="unknown"'), ("org/model-7B", 'model_name="org/model-7B"')):
+        state = LiveState(scrape_interval=10.0)
+        state.on_log_record(FactRecord(1, None, "config.model", value), 1.0)
+        for record in stats:
+            state.on_log_record(record, 2.0)
+        registry = CollectorRegistry()
+        registry.register(StateCollector(state.samples, clock=lambda: 2.0))
+        text = generate_latest(registry).decode()
+        assert label in text
+        assert "evil" not in text

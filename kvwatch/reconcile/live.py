@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from kvwatch import __version__
 from kvwatch.export.catalogue import STATES
 from kvwatch.parse.histogram import bucket_delta, bucket_quantile
+from kvwatch.parse.provenance import valid_label_value
 from kvwatch.reconcile.saturation import DEFAULT_THRESHOLD, DEFAULT_WINDOW_SECONDS, Observation, SaturationJudge
 from kvwatch.records import (
     EngineSample,
@@ -461,8 +462,11 @@ class LiveState:
         return eng
 
     def _model_name(self, eng: _Engine) -> str:
-        for value in (eng.model_name, self.facts.get("config.served_model_name"), self.facts.get("config.model")):
-            if isinstance(value, str) and value:
+        if eng.model_name:
+            return eng.model_name[:200]
+        # From the log: only a value a model name can have (kvwatch.parse.provenance).
+        for value in (self.facts.get("config.served_model_name"), self.facts.get("config.model")):
+            if isinstance(value, str) and valid_label_value(value):
                 return value[:200]
         return "unknown"
 
