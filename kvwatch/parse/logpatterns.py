@@ -11,6 +11,11 @@ logging formats, docker stamps, Ray actors, tqdm junk glued in front) reads the 
 is in the line, and the fast file scanner (kvwatch.sources.files) keeps only lines holding one of
 ``PREFILTER_ANCHORS``, which together cover every row here (a test checks that).
 
+Provenance (kvwatch.parse.provenance): ``ECHO_FORMS`` are the ways vLLM writes a client's text
+(nothing from their first client byte to the end of the line is read), ``KIND_LOGGERS`` /
+``LOGGER_FAMILIES`` the modules that write each kind (under a vLLM header no other module's words
+give it), ``MESSAGE_LEAD`` what vLLM writes before a record's words in a message.
+
 ``phase`` orders the startup block (banner 0 < args 1 < engine config 2 < weights 3 < memory 4 <
 pool 5); kvwatch.parse.log uses it to tell a second server start from one start's later lines.
 """
