@@ -236,6 +236,9 @@ CARRIERS: dict[str, Callable[[str], str]] = {
     "quoted_in_other_message": lambda p: (
         f"(APIServer pid=1) ERROR {TS} [serving_chat.py:200] Error in preprocessing prompt inputs: {p!r}"
     ),
+    # ... and the same with no vLLM header at all (a paste, another program's log on the same stream)
+    "quoted_in_pasted_text": lambda p: f"Error in preprocessing prompt inputs: {p!r}",
+    "json_in_pasted_text": lambda p: "trace " + json.dumps({"input": p}),
     # The genuine message (no header of its own) glued after a real record's message
     "glued_after_api_server_message": lambda p: (
         f"(APIServer pid=1) INFO {TS} [launcher.py:46] Route: /v1/completions, Methods: POST" + _message(p)

@@ -130,7 +130,7 @@ def split_records(text: str) -> list[Segment]:
     """
     outer, _ = _outer_time(text)
     headers = list(P.VLLM_HEADER.finditer(text))
-    if len(headers) > 1 and ("'" in text or '"' in text):
+    if headers and ("'" in text or '"' in text):
         spans = quoted_spans(text)
         if spans:
             headers = [h for h in headers if not inside(spans, h.start())]
