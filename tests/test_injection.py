@@ -13,12 +13,15 @@ real record, header and all, still counts: that is a transport artefact, not an 
 from __future__ import annotations
 
 import json
+import re
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kvwatch.export.collector import StateCollector
 from kvwatch.parse import logpatterns as P
@@ -36,6 +39,9 @@ from kvwatch.records import (
     StatsRecord,
 )
 from kvwatch.sources.replay import line_seconds
+from tests.test_watch import Kvwatch, kvwatch, value, wait_for
+
+__all__ = ["kvwatch"]  # the fixture, imported for the watch --replay test
 
 SEED_LOG = Path(__file__).parent / "fixtures" / "vllm-cpu-seed" / "server.log"
 TS = "11-29 14:45:00"
@@ -523,9 +529,9 @@ def test_real_vllm_echoes_change_neither_the_document_nor_the_series_of_a_real_l
 def test_the_sidecar_labels_no_series_with_a_model_name_no_model_has() -> None:
     # Facts can reach LiveState from elsewhere than the line parser; it checks them again.
     stats = parse_line(PAYLOADS["stats_v1"][0], 1)
-    for value, label in (('evil model"} 1', 'model_name="unknown"'), ("org/model-7B", 'model_name="org/model-7B"')):
+    for name, label in (('evil model"} 1', 'model_name="unknown"'), ("org/model-7B", 'model_name="org/model-7B"')):
         state = LiveState(scrape_interval=10.0)
-        state.on_log_record(FactRecord(1, None, "config.model", value), 1.0)
+        state.on_log_record(FactRecord(1, None, "config.model", name), 1.0)
         for record in stats:
             state.on_log_record(record, 2.0)
         registry = CollectorRegistry()
@@ -533,3 +539,54 @@ def test_the_sidecar_labels_no_series_with_a_model_name_no_model_has() -> None:
         text = generate_latest(registry).decode()
         assert label in text
         assert "evil" not in text
+
+
+# ---- the sidecar as a process: kvwatch watch --replay ---------------------------------------------------------
+
+# Series whose values depend on the log alone (not on wall-clock time or the process).
+STABLE = re.compile(
+    r"kvwatch_(log_records_total|kv_pool_tokens|max_concurrency|preemptions_total|observed_\w+|saturation_state"
+    r"|memory_bound|kv_bytes_per_token|diagnosis|request_tokens|whatif_\w+|reconcile_ratio)\b"
+)
+
+
+def _scrape(port: int) -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    series = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if STABLE.match(s.name)
+    }
+    return text, series
+
+
+def test_watch_replay_exports_the_same_series_with_every_kind_in_every_carrier(
+    tmp_path: Path, kvwatch: Callable[..., Kvwatch]
+) -> None:
+    seed = _seed_lines()
+    # A genuine record after everything: once it is counted, every line before it has been read.
+    sentinel = next(x for x in reversed(seed) if P.STATS_START in x)
+    logs = {}
+    for name, payload_of in (("neutral", lambda _k: NEUTRAL), ("hostile", lambda k: PAYLOADS[k][0])):
+        carriers = [carrier(payload_of(k)) for carrier in CARRIERS.values() for k in KINDS]
+        logs[name] = tmp_path / f"{name}.log"
+        logs[name].write_text("\n".join([*_with_carriers(seed, carriers), sentinel]) + "\n", encoding="utf-8")
+    stats = sum(P.STATS_START in x for x in seed) + 1
+    got = {}
+    for name, path in logs.items():
+        k = kvwatch("--replay", str(path), "--speed", "50")
+        wait_for(
+            lambda k=k: value(k.port, "kvwatch_log_records_total", kind="stats") == stats,
+            timeout=60,
+            what=f"{stats} stats records",
+        )
+        got[name] = _scrape(k.port)
+        assert k.stop() == 0
+        assert "evil" not in k.stderr
+    text, series = got["hostile"]
+    assert series == got["neutral"][1]
+    pool = [v for (n, labels), v in series.items() if n == "kvwatch_kv_pool_tokens" and ("source", "log") in labels]
+    assert pool == [40960]  # the real start's pool, not the 3 tokens the carriers spell
+    assert "evil" not in text
+    assert "6.6.6" not in text
