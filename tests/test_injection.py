@@ -590,3 +590,21 @@ def test_watch_replay_exports_the_same_series_with_every_kind_in_every_carrier(
     assert pool == [40960]  # the real start's pool, not the 3 tokens the carriers spell
     assert "evil" not in text
     assert "6.6.6" not in text
+
+
+# Not the glued carriers: text glued after a vLLM message with no header of its own is another vLLM
+# process's on the same stream, and stop words are read anywhere in vLLM's words (they are a state, not
+# a record); what a client writes reaches the log only through an echo or a quoted string.
+@pytest.mark.parametrize("carrier", [c for c in CARRIERS if not c.startswith("glued_")])
+def test_a_clients_shutdown_words_do_not_excuse_a_real_engine_death(carrier: str) -> None:
+    # A clean stop's EngineDeadError is noise (LogParser drops it when stop words follow), so stop
+    # words a client wrote right after a real crash would hide the crash.
+    dead = PAYLOADS["error_engine_dead"][0]
+    stop = f"INFO {TS} [launcher.py:99] [shutdown] received signal SIGTERM, Shutting down"
+    assert _error(_feed([dead, stop])) is None  # vLLM's own stop words excuse it
+    assert _error(_feed([dead, CARRIERS[carrier](stop)])) == "engine_dead", CARRIERS[carrier](stop)
+
+
+def _feed(lines: list[str]) -> list[LogRecord]:
+    parser = LogParser()
+    return [r for n, line in enumerate(lines, 1) for r in parser.feed_line(line, n)] + parser.finish()

@@ -432,9 +432,12 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
             PreemptionRecord(lineno, ts, "recompute" if m.group(1) == "RECOMPUTE" else "swap", cumulative)
         )
         return
-    if P.SHUTDOWN.search(text):
+    # A stop's words excuse an EngineDeadError near them, so a client's must not: none inside quotes.
+    m = P.SHUTDOWN.search(text)
+    if m and not (spans and inside(spans, m.start())):
         out.shutdown = True
-        out.stop_signal = out.stop_signal or P.SHUTDOWN_AFTER_DEATH.search(text) is not None
+        after = P.SHUTDOWN_AFTER_DEATH.search(text)
+        out.stop_signal = out.stop_signal or (after is not None and not (spans and inside(spans, after.start())))
     ends: dict[str, int] = {}  # row name -> where its words ended, for rows that may follow it
     for row in P.LINE_KINDS:
         if row.anchor not in text:
