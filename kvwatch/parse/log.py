@@ -436,8 +436,8 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
     m = P.SHUTDOWN.search(text)
     if m and not (spans and inside(spans, m.start())):
         out.shutdown = True
-        after = P.SHUTDOWN_AFTER_DEATH.search(text)
-        out.stop_signal = out.stop_signal or (after is not None and not (spans and inside(spans, after.start())))
+        stop = P.SHUTDOWN_AFTER_DEATH.search(text)
+        out.stop_signal = out.stop_signal or (stop is not None and not (spans and inside(spans, stop.start())))
     ends: dict[str, int] = {}  # row name -> where its words ended, for rows that may follow it
     for row in P.LINE_KINDS:
         if row.anchor not in text:
