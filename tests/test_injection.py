@@ -301,6 +301,22 @@ def test_a_real_record_glued_after_another_still_counts(kind: str) -> None:
         assert len(records) == len(parse_line(host, 1)) + len(parse_line(line, 1))
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"ERROR {TS} [model_runner_base.py:116] RuntimeError: Error in model execution (input dumped to "
+        "/tmp/err_execute_model_input_20240924-160030.pkl): CUDA out of memory. Tried to allocate 1.00 GiB.",
+        f"(EngineCore_DP0 pid=2) ERROR {TS} [core.py:708] torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 2.00 MiB.",
+        f"(EngineCore_DP0 pid=2) ERROR {TS} [core.py:708] ray.exceptions.RayTaskError(ValueError): ValueError: No "
+        "available memory for the cache blocks.",
+    ],
+    ids=["v0-model-execution-wrapper", "torch-cuda-module-path", "ray-task-error"],
+)
+def test_an_error_behind_vllms_own_wrapping_still_counts(line: str) -> None:
+    assert _error(parse_line(line, 1)) in ("oom", "no_kv_memory")
+
+
 def test_a_real_record_glued_before_an_echo_still_counts() -> None:
     stats, check = PAYLOADS["stats_v1"]
     echo = CARRIERS["received_request_request_id"](PAYLOADS["kv_cache_size"][0])

@@ -278,14 +278,16 @@ KIND_LOGGERS: dict[str, str] = {
 # Where a record's words begin in a message under a vLLM header: at the message's start, behind only
 # what vLLM itself writes before them: the ASCII-art logo's glyphs (0.16+ api_utils.py), V1's
 # "Engine 000: " / "N Engines Aggregated: " (loggers.py; "Engine 000: vllm cache_config_info ..." in
-# 0.9-0.11), V0's "# " of "# GPU blocks", and for an
-# error the exception's class and module path, as a traceback's last line or logger.exception writes
-# it ("torch.OutOfMemoryError: ", "RuntimeError: ", "vllm.v1.engine.exceptions." before
-# "EngineDeadError: ..."; Ray's "RayTaskError(ValueError): "). A kind's words further into a
-# message belong to that message (a client's text glued after it, say), not to a record of their own.
+# 0.9-0.11), V0's "# " of "# GPU blocks", and for an error the exception's class and module path, as a
+# traceback's last line or logger.exception writes it ("torch.OutOfMemoryError: ", "RuntimeError: ",
+# "vllm.v1.engine.exceptions." before "EngineDeadError: ..."; Ray's "RayTaskError(ValueError): "),
+# and V0's re-raise of a failed step (worker/model_runner_base.py dump_input_when_exception, 0.6-0.10:
+# "Error in model execution (input dumped to /tmp/err_....pkl): CUDA out of memory. ..."). A kind's
+# words further into a message belong to that message (text glued after it), not to a record of its own.
 MESSAGE_LEAD = re.compile(
     r"[\s\u2580-\u259f]*(?:Engine \d+: (?:vllm )?|\d+ Engines Aggregated: )?(?:#\s*)?"
-    r"(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\w*(?:\([\w.]*\))?: )*(?:[A-Za-z_]\w*\.)*"
+    r"(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\w*(?:\([\w.]*\))?: )*"
+    r"(?:Error in model execution(?: \(input dumped to [^\s()]+\))?: )?(?:[A-Za-z_]\w*\.)*"
 )
 # Rows whose words sit inside a longer vLLM message, exempt from MESSAGE_LEAD (their logger is still
 # checked): V1 gpu_worker.py's memory summary ("Free memory on device (...) on startup. Desired GPU
