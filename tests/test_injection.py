@@ -238,6 +238,17 @@ CARRIERS: dict[str, Callable[[str], str]] = {
         f"(APIServer pid=1) DEBUG {TS} [request_logger.py:54] Request {p} details: prompt: 'x', "
         "prompt_token_ids: None, prompt_embeds shape: None."
     ),
+    # 0.32 v1/engine/async_llm.py messages that begin with the request id
+    "added_request_id": lambda p: f"(APIServer pid=1) INFO {TS} [async_llm.py:578] Added request {p}.",
+    "request_aborted_id": lambda p: f"(APIServer pid=1) INFO {TS} [async_llm.py:783] Request {p} aborted.",
+    "request_failed_id": lambda p: (
+        f"(APIServer pid=1) INFO {TS} [async_llm.py:795] Request {p} failed (bad request): bad."
+    ),
+    # V0 async_llm_engine.py 'Finished request %s.'; 0.32 scheduler.py '... KV transfer for request %s'
+    "finished_request_id_v0": lambda p: f"INFO {TS} async_llm_engine.py:110] Finished request {p}.",
+    "kv_transfer_request_id": lambda p: (
+        f"(EngineCore pid=2) DEBUG {TS} [scheduler.py:3223] Finished recving KV transfer for request {p}"
+    ),
     # A message that quotes a client's string (not one of the echo forms): quoted text never counts
     "quoted_in_other_message": lambda p: (
         f"(APIServer pid=1) ERROR {TS} [serving_chat.py:200] Error in preprocessing prompt inputs: {p!r}"
@@ -315,6 +326,18 @@ def test_a_real_record_glued_after_another_still_counts(kind: str) -> None:
 )
 def test_an_error_behind_vllms_own_wrapping_still_counts(line: str) -> None:
     assert _error(parse_line(line, 1)) in ("oom", "no_kv_memory")
+
+
+def test_a_v0_preemption_warning_counts_vllms_cumulative_not_the_request_ids() -> None:
+    fake = PAYLOADS["preemption_v0"][0].split("] ", 1)[1]  # the words, as a request id
+    line = (
+        f"WARNING {TS} scheduler.py:1057] Sequence group cmpl-{fake} is preempted by PreemptionMode.RECOMPUTE "
+        "mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+        "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+        "total_num_cumulative_preemption=51"
+    )
+    records = parse_line(line, 1)
+    assert [r.cumulative for r in records if isinstance(r, PreemptionRecord)] == [51]
 
 
 def test_a_real_record_glued_before_an_echo_still_counts() -> None:

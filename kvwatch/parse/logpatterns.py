@@ -135,6 +135,46 @@ ECHO_FORMS: tuple[EchoForm, ...] = (
         "the model's output: text a client can make the model write",
     ),
     EchoForm(
+        "added_request",
+        "Added request",
+        "",
+        "V0 engine/async_llm_engine.py (0.2-0.10) and V1 v1/engine/async_llm.py (0.8-0.33) at INFO: "
+        "'Added request %s.' (real 0.8 and 0.9 logs)",
+        "the request id alone, which is the client's X-Request-Id (0.6.4+) behind 'cmpl-'/'chatcmpl-'",
+    ),
+    EchoForm(
+        "finished_request",
+        "Finished request",
+        "",
+        "V0 engine/async_llm_engine.py (0.2-0.10) at INFO: 'Finished request %s.' (a real 0.3 log)",
+        "the request id",
+    ),
+    EchoForm(
+        "aborted_request",
+        "Aborted request",
+        "",
+        "V0 engine/async_llm_engine.py (0.2-0.10) and V1 async_llm.py (0.8-0.2x): 'Aborted request %s.'",
+        "the request id",
+    ),
+    EchoForm(
+        "request_scoped",
+        "Request ",
+        "",
+        "0.32 v1/engine/async_llm.py: 'Request %s aborted.', 'Request %s failed (engine dead).', 'Request %s "
+        "failed (bad request): %s.', 'Request %s failed (input error): %s.', 'Request %s failed due to %s.'; KV "
+        "connectors 'Request %s: ...' (a real TPU offload connector log); RequestLogger's 'Request %s details' and "
+        "'Request %s JSON body'",
+        "every message vLLM begins with a request's id: the id is the client's, and so may be what follows",
+    ),
+    EchoForm(
+        "kv_transfer_request",
+        " for request ",
+        "",
+        "0.32 v1/core/sched/scheduler.py 'Finished recving KV transfer for request %s' and the KV connectors' "
+        "'... for request %s' (nixl, mooncake, moriio)",
+        "the request id ends the message",
+    ),
+    EchoForm(
         "prompt_field",
         "prompt:",
         None,
