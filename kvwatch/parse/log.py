@@ -536,11 +536,8 @@ def _plain_stats_row(text: str) -> StatsRow | None:
             return None
         if text.find(P.STATS_START, 0, start) != -1:
             return None  # a record before the match whose header colour codes hid it: glued records
-        if text.find("'", 0, start) != -1 or text.find('"', 0, start) != -1:
-            return None  # the header may sit inside a quoted string
-        for marker in _PREFIX_ECHO_MARKERS:
-            if text.find(marker, 0, start) != -1:
-                return None  # the header may be a client's text inside an echo
+        if _PREFIX_SUSPECT.search(text, 0, start) is not None:
+            return None  # the header may sit inside a quoted string or be a client's text in an echo
     g = m.groups()
     ok = _STATS_LOGGER.get(g[5])
     if ok is None:
@@ -559,9 +556,9 @@ def _plain_stats_row(text: str) -> StatsRow | None:
     return (ts, engine, aggregated, *_fast_stats_values(g[8:]))
 
 
-# Literals of an echo before a plain stats line's header (``_plain_stats_row``): the echo markers
-# and the access line's.
-_PREFIX_ECHO_MARKERS = (*P.REQUEST_MARKERS, P.ACCESS_ANCHOR)
+# What may not come before a plain stats line's header (``_plain_stats_row``): a quote, an echo
+# marker or an access line's anchor. One search over the short prefix instead of a find per literal.
+_PREFIX_SUSPECT = re.compile("|".join(re.escape(m) for m in ("'", '"', *P.REQUEST_MARKERS, P.ACCESS_ANCHOR)))
 # Module basename -> whether it writes stats records (a handful of names in any log).
 _STATS_LOGGER: dict[str, bool] = {}
 
