@@ -428,7 +428,6 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
     # request id (the client's X-Request-Id) comes first and may spell the words, so vLLM's are the last.
     last = text.rfind(" is preempted by PreemptionMode.")
     m = P.PREEMPTION.search(text, max(last, 0))
-    # V0 scheduler.py: "Sequence group 12 is preempted by ...": the words follow the group's id.
     if m and logger_allows("preemption", logger) and not inside(spans, m.start()):
         cumulative = int(m.group(2)) if m.group(2) else None
         out.records.append(
