@@ -222,7 +222,8 @@ def test_canary_prompt_never_reaches_any_output(fmt: str, capsys: pytest.Capture
     assert doc["capacity"]["kv_cache_tokens"] == 40960
     assert doc["config"]["vllm_version"] == "0.32.0"
     assert doc["errors"] == []
-    assert doc["stats"]["count"] == 2  # one of them glued after a request line
+    # The one glued after a request line is not read: the rest of an echo's line may be the client's.
+    assert doc["stats"]["count"] == 1
 
 
 # ---- bad input ---------------------------------------------------------------------------------------

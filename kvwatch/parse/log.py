@@ -13,11 +13,18 @@ no header at all, CRLF endings, tqdm junk glued in front, inline backticks from 
 records glued onto one physical line. Patterns therefore key on vLLM's message text, searched
 anywhere in the cleaned line; headers found inside a line split it into records.
 
-Privacy: request content ("Received request ... prompt: '...'") is never parsed into a record.
+Provenance (kvwatch.parse.provenance): a record is taken only from vLLM's own words. Text from
+the first request echo of a line to its end (a prompt, a model's output, a JSON body, an access
+line, a request id) is never read, not even a vLLM header inside it; a header inside a quoted
+string does not start a record; a record's words inside a quoted string are none; and under a
+vLLM header, only the modules that write a kind may give a record of it (a capacity line's words
+under the stats logger, or glued after an API-server message, are no record). Request content
+never becomes a record, a label value or a message.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable
@@ -26,6 +33,7 @@ from typing import Any
 
 from kvwatch.parse import logpatterns as P
 from kvwatch.parse.paste import WEB_SPACES
+from kvwatch.parse.provenance import echo_cut, header_logger, inside, logger_allows, quoted_spans, valid_label_value
 from kvwatch.records import (
     ErrorRecord,
     FactRecord,
@@ -101,16 +109,32 @@ def _process(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One record's worth of a physical line: its time and its message text."""
+    """One record's worth of a physical line: its time, its message text and its logger.
+
+    ``logger`` is the module basename its vLLM header names ("loggers.py"), None for text with no
+    header of its own (a paste, a continuation line, what comes before a line's first header).
+    """
 
     ts: LogTime | None
     text: str
+    logger: str | None = None
 
 
 def split_records(text: str) -> list[Segment]:
-    """Split a cleaned physical line at every vLLM header; each part keeps its header's time."""
+    """Split a cleaned physical line at every vLLM header that is vLLM's; each part keeps its
+    header's time and logger.
+
+    A header inside a quoted string splits nothing: it is a client's string that spells one. The
+    caller has already dropped the text from the line's first request echo on
+    (``provenance.echo_cut``), headers and all. Records glued onto one line (a transport artefact)
+    each start with a header of their own outside any echo, so they still split.
+    """
     outer, _ = _outer_time(text)
     headers = list(P.VLLM_HEADER.finditer(text))
+    if headers and ("'" in text or '"' in text):
+        spans = quoted_spans(text)
+        if spans:
+            headers = [h for h in headers if not inside(spans, h.start())]
     if not headers:
         return [Segment(outer, text)]
     segments: list[Segment] = []
@@ -120,7 +144,7 @@ def split_records(text: str) -> list[Segment]:
         end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
         mo, d, hh, mi, s = h.groups()
         ts = outer or LogTime(int(mo), int(d), int(hh), int(mi), float(s.replace(",", ".")))
-        segments.append(Segment(ts, text[h.end() : end]))
+        segments.append(Segment(ts, text[h.end() : end], header_logger(h.group(0))))
     return segments
 
 
@@ -330,10 +354,6 @@ class LineScan:
     widths: tuple[int, int] = (0, 0)
 
 
-def _is_request(text: str) -> bool:
-    return any(m in text for m in P.REQUEST_MARKERS)
-
-
 def _cut_stats_start(text: str) -> int:
     """Where a stats record starts that a hard wrap cut inside its "Avg prompt throughput:" (the
     line ends with a piece of it, right after a vLLM header or "Engine N: "), else -1."""
@@ -354,18 +374,36 @@ def _cut_stats_start(text: str) -> int:
 def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) -> None:
     text = seg.text
     ts = seg.ts
-    if last_segment and P.STATS_START not in text:
+    logger = seg.logger
+    stats_ok = logger_allows("stats", logger)
+    if last_segment and stats_ok and P.STATS_START not in text:
         cut = _cut_stats_start(text)
         if cut != -1:  # the rest is on the next line: LogParser joins them, nothing to read here
             out.open_stats = (text[max(0, cut - 40) :], min(cut, 40), ts)
             return
+    # Quoted strings of the segment: a client's string (a repr, a JSON string) that spells a
+    # record is none. Most segments have no quote at all.
+    spans = quoted_spans(text) if "'" in text or '"' in text else []
+    # Under a vLLM header a record's words begin the message (``logpatterns.MESSAGE_LEAD``); the
+    # same words further in are another message's (text glued after it). Without a header (pastes,
+    # continuation lines) there is no message start to hold them to.
+    lead = -1 if logger is None else _lead_end(text)
     # ---- periodic stats (several may be glued without a header between them) ----
-    if P.STATS_START in text:
+    if stats_ok and P.STATS_START in text:
         starts = []
         pos = text.find(P.STATS_START)
         while pos != -1:
-            starts.append(pos)
+            if not spans or not inside(spans, pos):
+                starts.append(pos)
             pos = text.find(P.STATS_START, pos + 1)
+        if lead != -1 and starts:
+            # The first begins the message; each other one directly follows a whole record before
+            # it (records glued with no header between them).
+            kept = [starts[0]] if starts[0] <= lead else []
+            for prev, s in itertools.pairwise(starts):
+                if kept and kept[-1] == prev and _stats_complete(text[prev:s]):
+                    kept.append(s)
+            starts = kept
         for i, s in enumerate(starts):
             end = starts[i + 1] if i + 1 < len(starts) else len(text)
             body = text[s:end]
@@ -376,34 +414,54 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
                 out.open_read = True
             out.records.append(parse_stats(text, s, end, lineno, ts))
         # The rest of a stats segment holds no other kind (MFU suffix etc. is vLLM's own text).
-        return
+        if starts:
+            return
     m = P.PREFIX_HIT_V0.search(text)
-    if m:
+    if (
+        m
+        and logger_allows("prefix_hit_v0", logger)
+        and not inside(spans, m.start())
+        and (lead == -1 or m.start() <= lead)
+    ):
         out.records.append(PrefixHitRecord(lineno, ts, float(m.group(1)), float(m.group(2))))
         return
-    m = P.PREEMPTION.search(text)
-    if m:
+    # V0 scheduler.py logs "Sequence group %s is preempted by ... total_num_cumulative_preemption=%d": the
+    # request id (the client's X-Request-Id) comes first and may spell the words, so vLLM's are the last.
+    last = text.rfind(" is preempted by PreemptionMode.")
+    m = P.PREEMPTION.search(text, max(last, 0))
+    if m and logger_allows("preemption", logger) and not inside(spans, m.start()):
         cumulative = int(m.group(2)) if m.group(2) else None
         out.records.append(
             PreemptionRecord(lineno, ts, "recompute" if m.group(1) == "RECOMPUTE" else "swap", cumulative)
         )
         return
-    if P.SHUTDOWN.search(text):
+    # A stop's words excuse an EngineDeadError near them, so a client's must not: none inside quotes.
+    m = P.SHUTDOWN.search(text)
+    if m and not (spans and inside(spans, m.start())):
         out.shutdown = True
-        out.stop_signal = out.stop_signal or P.SHUTDOWN_AFTER_DEATH.search(text) is not None
+        stop = P.SHUTDOWN_AFTER_DEATH.search(text)
+        out.stop_signal = out.stop_signal or (stop is not None and not (spans and inside(spans, stop.start())))
+    ends: dict[str, int] = {}  # row name -> where its words ended, for rows that may follow it
     for row in P.LINE_KINDS:
         if row.anchor not in text:
             continue
         m = row.regex.search(text)
         if not m:
             continue
+        if not logger_allows(row.name, logger) or (spans and inside(spans, m.start())):
+            continue  # another module's words, or a quoted string's: not this vLLM line
+        if lead != -1 and m.start() > lead and row.name not in P.MID_MESSAGE_ROWS:
+            after = ends.get(P.FOLLOWS.get(row.name, ""), -1)
+            if after == -1 or text[after : m.start()] != P.FOLLOWS_SEPARATOR:
+                continue  # further into another message: not a record of its own
+        ends[row.name] = m.end()
         if row.phase is not None:
             out.kinds.append((row.name, row.phase))
         for names, raw in zip(row.fields, m.groups(), strict=False):
             if raw is None:
                 continue
             for name in names.split("|") if names else ():
-                out.records.append(FactRecord(lineno, ts, name, _fact_value(name, raw)))
+                _add_fact(out, lineno, ts, name, _fact_value(name, raw))
         if row.error:
             out.records.append(ErrorRecord(lineno, ts, row.error, m.group(0)))  # type: ignore[arg-type]
         if row.name == "cli_command":
@@ -412,17 +470,21 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
             for km in P.ARG_KEY.finditer(text, max(0, m.end() - 2)):
                 name = P.ARG_FIELDS[km.group(1)]
                 value = _arg_value(name, km.group(2))
-                if value is not None:
-                    out.records.append(FactRecord(lineno, ts, name, value))
-                    if name == "config.block_size":
-                        out.records.append(FactRecord(lineno, ts, "capacity.block_size", value))
+                if value is not None and _add_fact(out, lineno, ts, name, value) and name == "config.block_size":
+                    out.records.append(FactRecord(lineno, ts, "capacity.block_size", value))
+
+
+def _lead_end(text: str) -> int:
+    """Where a message under a vLLM header may begin a record (after ``logpatterns.MESSAGE_LEAD``)."""
+    m = P.MESSAGE_LEAD.match(text)
+    return m.end() if m else 0
 
 
 def _cli_facts(rest: str, lineno: int, ts: LogTime | None, out: LineScan) -> None:
     """Facts from the flags of a pasted ``vllm serve`` / ``vllm bench`` command line."""
     pm = P.CLI_POSITIONAL_MODEL.match(rest)
     if pm:
-        out.records.append(FactRecord(lineno, ts, "config.model", pm.group(1)))
+        _add_fact(out, lineno, ts, "config.model", pm.group(1))
     for fm in P.CLI_FLAG.finditer(rest):
         flag = fm.group(1) or P.CLI_SHORT[fm.group(2)]
         key = flag.replace("-", "_")
@@ -432,7 +494,19 @@ def _cli_facts(rest: str, lineno: int, ts: LogTime | None, out: LineScan) -> Non
             name = P.ARG_FIELDS[key]
             value = _arg_value(name, fm.group(3))
             if value is not None:
-                out.records.append(FactRecord(lineno, ts, name, value))
+                _add_fact(out, lineno, ts, name, value)
+
+
+# Facts that name the model: they become the model_name label of every per-engine series.
+_LABEL_FIELDS = frozenset(("config.model", "config.served_model_name"))
+
+
+def _add_fact(out: LineScan, lineno: int, ts: LogTime | None, name: str, value: FactValue) -> bool:
+    """Append a fact, unless it names the model with a value no model name has (``valid_label_value``)."""
+    if name in _LABEL_FIELDS and not valid_label_value(value):
+        return False
+    out.records.append(FactRecord(lineno, ts, name, value))
+    return True
 
 
 # A plain stats line read by the fast path, as plain values: StatsRecord's fields after ``line``,
@@ -451,15 +525,25 @@ def _plain_stats_row(text: str) -> StatsRow | None:
     text = text.rstrip("\r\n")  # LF or CRLF line end; a CR inside (tqdm redraw) takes the general path
     if "\r" in text or P.STATS_START not in text:
         return None
-    for marker in P.REQUEST_MARKERS:
-        if marker in text:
-            return None
     m = P.PLAIN_STATS_LINE.search(text)
-    if m is None or P.VLLM_HEADER.search(text, 0, m.start()) is not None:
+    if m is None:
         return None
-    if text.find(P.STATS_START, 0, m.start()) != -1:
-        return None  # a record before the match whose header colour codes hid it: glued records
+    start = m.start()
+    if start:
+        # From the header to the end of the line the match allows nothing but vLLM's words: what
+        # comes before it (a transport or process prefix) is where anything else would be.
+        if P.VLLM_HEADER.search(text, 0, start) is not None:
+            return None
+        if text.find(P.STATS_START, 0, start) != -1:
+            return None  # a record before the match whose header colour codes hid it: glued records
+        if _PREFIX_SUSPECT.search(text, 0, start) is not None:
+            return None  # the header may sit inside a quoted string or be a client's text in an echo
     g = m.groups()
+    ok = _STATS_LOGGER.get(g[5])
+    if ok is None:
+        ok = _STATS_LOGGER[g[5]] = logger_allows("stats", g[5])
+    if not ok:
+        return None
     first = text[:1]
     # RFC3339 and asctime stamps start with a digit or "[": skip two regex calls for the rest.
     outer = _outer_time(text)[0] if first.isdigit() or first == "[" else None
@@ -467,9 +551,16 @@ def _plain_stats_row(text: str) -> StatsRow | None:
         ts = tuple(outer)
     else:
         ts = (int(g[0]), int(g[1]), int(g[2]), int(g[3]), float(g[4].replace(",", ".")), None, None)
-    engine = int(g[5]) if g[5] is not None else None
-    aggregated = int(g[6]) if g[6] is not None else None
-    return (ts, engine, aggregated, *_fast_stats_values(g[7:]))
+    engine = int(g[6]) if g[6] is not None else None
+    aggregated = int(g[7]) if g[7] is not None else None
+    return (ts, engine, aggregated, *_fast_stats_values(g[8:]))
+
+
+# What may not come before a plain stats line's header (``_plain_stats_row``): a quote, an echo
+# marker or an access line's anchor. One search over the short prefix instead of a find per literal.
+_PREFIX_SUSPECT = re.compile("|".join(re.escape(m) for m in ("'", '"', *P.REQUEST_MARKERS, P.ACCESS_ANCHOR)))
+# Module basename -> whether it writes stats records (a handful of names in any log).
+_STATS_LOGGER: dict[str, bool] = {}
 
 
 def stats_record(row: StatsRow, lineno: int) -> StatsRecord:
@@ -512,16 +603,22 @@ def _scan_general(text: str, lineno: int) -> LineScan:
     text = clean(text)
     if not text.strip():
         return out
-    segments = split_records(text)
     out.widths = (raw_length, len(text))
     out.process = _process(text)
+    # Provenance: from the first request echo on, the line is a client's text (a request id, a
+    # prompt, a model's output, a path), which may spell a vLLM header and any record after it.
+    cut = echo_cut(text)
+    echoed = cut < len(text)
+    if echoed:
+        outer = _outer_time(text)[0]
+        text = text[:cut]
+    segments = split_records(text)
+    if echoed and outer is not None and segments and segments[0].ts is None:
+        segments[0] = Segment(outer, segments[0].text, segments[0].logger)
     out.ts = next((s.ts for s in segments if s.ts is not None), None)
     for i, seg in enumerate(segments):
-        if _is_request(seg.text):
-            # Privacy: the request's content is never parsed. A header glued after it starts a
-            # segment of its own, so a stats record following the request still counts.
-            continue
-        _scan_segment(seg, lineno, out, i + 1 == len(segments))
+        # A segment cut short by an echo is no stats record a terminal wrapped: nothing joins it.
+        _scan_segment(seg, lineno, out, i + 1 == len(segments) and not echoed)
     return out
 
 
@@ -607,6 +704,8 @@ class LogParser:
                 # A record's rest never starts another one: records pasted into a markdown table end
                 # in "%.  |" and look cut, but the next row is a record of its own (real 0.x report).
                 and P.STATS_START not in cleaned
+                # nor is it a client's text: a request echo's words never complete a record
+                and echo_cut(cleaned) == len(cleaned)
                 # a line cut inside "Avg prompt throughput:" (or one that only looked so) reads on
                 and (wrapped.text + cleaned[: len(P.STATS_START)]).startswith(P.STATS_START, wrapped.start)
             ):

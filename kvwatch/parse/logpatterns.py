@@ -11,6 +11,11 @@ logging formats, docker stamps, Ray actors, tqdm junk glued in front) reads the 
 is in the line, and the fast file scanner (kvwatch.sources.files) keeps only lines holding one of
 ``PREFILTER_ANCHORS``, which together cover every row here (a test checks that).
 
+Provenance (kvwatch.parse.provenance): ``ECHO_FORMS`` are the ways vLLM writes a client's text
+(nothing from their first client byte to the end of the line is read), ``KIND_LOGGERS`` /
+``LOGGER_FAMILIES`` the modules that write each kind (under a vLLM header no other module's words
+give it), ``MESSAGE_LEAD`` what vLLM writes before a record's words in a message.
+
 ``phase`` orders the startup block (banner 0 < args 1 < engine config 2 < weights 3 < memory 4 <
 pool 5); kvwatch.parse.log uses it to tell a second server start from one start's later lines.
 """
@@ -55,11 +60,6 @@ ASCTIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[ T:](\d\d):(\d\d):(\d\d(?:[.,]\
 # identifies the process, and without it every remote worker would look like one process.
 PROCESS_PREFIX = re.compile(r"\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*?) pid=(\d+)(?:, ip=[^\s()]+)?\)\s?")
 
-# Request content (Received request ... prompt: '...') is never parsed or copied (privacy).
-# "Received request" is vLLM's RequestLogger (0.4-0.33); "prompt:" / "prompt_token_ids:" also
-# appear in "Added request" debug lines and in ray serve request logs.
-REQUEST_MARKERS = ("Received request", "prompt:", "prompt_token_ids", "Prompt:")
-
 # A clean stop makes vLLM print errors that are not failures (0.8+: EngineDeadError from
 # the output handler after SIGINT/SIGTERM). These markers say a shutdown has begun.
 SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|Shutting down|received signal|SIGINT|SIGTERM|KeyboardInterrupt")
@@ -69,6 +69,292 @@ SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|Shutting down|received s
 # server stops itself once its engine is dead (seen in a real 0.20.2 report: EngineDeadError, the
 # request's 500, then uvicorn's "Shutting down").
 SHUTDOWN_AFTER_DEATH = re.compile(r"\[shutdown\]|shutdown triggered|received signal|SIGINT|SIGTERM|KeyboardInterrupt")
+
+# --------------------------------------------------------------------------------------------
+# Request-borne text: what vLLM echoes of its clients, and who may write each record kind
+# --------------------------------------------------------------------------------------------
+
+# vLLM writes text its clients control into the log kvwatch reads. A model asked to repeat vLLM's
+# own words, a prompt, a stop string, a request id taken from the client's X-Request-Id header
+# (0.32 entrypoints/serve/engine/serving.py _base_request_id; written unquoted), or a path: any of
+# them can spell a stats record, a capacity line or an engine death, header and all. So no record
+# is ever read from the text of an echo. An echo is recognised by the words vLLM's own format
+# string puts before the client's text (``start``); where a client-controlled field (the request
+# id) comes before the word that names the form (``marker``), the echo starts at ``start``, the
+# earliest place client text can begin. Everything from there to the end of the physical line is
+# request-borne: even a vLLM header after it may be the request id's (kvwatch.parse.log).
+
+
+@dataclass(frozen=True, slots=True)
+class EchoForm:
+    """One way vLLM writes client-controlled text: the literal that names it, where it starts."""
+
+    name: str
+    marker: str  # literal that says "this record is an echo"
+    # Where the echo begins: "" when ``marker`` itself begins vLLM's format string (nothing of the
+    # client's comes before it), a literal when a client field sits between it and ``marker``
+    # ("Request %s JSON body:"), None when the form's start is not known (a field of some other
+    # message): then the whole physical line is request-borne, unless a known echo began earlier.
+    start: str | None
+    versions: str
+    why: str
+
+
+ECHO_FORMS: tuple[EchoForm, ...] = (
+    EchoForm(
+        "received_request",
+        "Received request",
+        "",
+        "0.4-0.33 RequestLogger.log_inputs (vllm/entrypoints/logger.py until 0.2x, "
+        "entrypoints/serve/utils/request_logger.py in 0.32): 'Received request %s: prompt: %r, params: %s, ...' "
+        "(0.4-0.2x), 'Received request %s: params: %s, lora_request: %s.' (0.32)",
+        "the request id (client's X-Request-Id), the prompt and the SamplingParams repr (stop strings, ...)",
+    ),
+    EchoForm(
+        "request_details",
+        "details: prompt:",
+        "Request ",
+        "0.32 RequestLogger.log_inputs at DEBUG: 'Request %s details: prompt: %r, prompt_token_ids: %s, ...'",
+        "the prompt itself; the request id comes before 'details:'",
+    ),
+    EchoForm(
+        "json_body",
+        "JSON body:",
+        "Request ",
+        "0.11-0.33 RequestLogger.log_request_body at DEBUG: 'Request %s JSON body: %s' "
+        "(request.model_dump_json(), cut at --max-log-len)",
+        "the whole request as the client sent it; the request id comes before 'JSON body:'",
+    ),
+    EchoForm(
+        "generated_response",
+        "Generated response",
+        "",
+        "0.10-0.33 RequestLogger.log_outputs with --enable-log-outputs: 'Generated response %s%s: output: %r, "
+        "output_token_ids: %s, finish_reason: %s' (0.10-0.2x), '... output: %r, finish_reason: %s' and the DEBUG "
+        "'Generated response %s%s details: output_token_ids: %s' (0.32)",
+        "the model's output: text a client can make the model write",
+    ),
+    EchoForm(
+        "added_request",
+        "Added request",
+        "",
+        "V0 engine/async_llm_engine.py (0.2-0.10) and V1 v1/engine/async_llm.py (0.8-0.33) at INFO: "
+        "'Added request %s.' (real 0.8 and 0.9 logs)",
+        "the request id alone, which is the client's X-Request-Id (0.6.4+) behind 'cmpl-'/'chatcmpl-'",
+    ),
+    EchoForm(
+        "finished_request",
+        "Finished request",
+        "",
+        "V0 engine/async_llm_engine.py (0.2-0.10) at INFO: 'Finished request %s.' (a real 0.3 log)",
+        "the request id",
+    ),
+    EchoForm(
+        "aborted_request",
+        "Aborted request",
+        "",
+        "V0 engine/async_llm_engine.py (0.2-0.10) and V1 async_llm.py (0.8-0.2x): 'Aborted request %s.'",
+        "the request id",
+    ),
+    EchoForm(
+        "request_scoped",
+        "Request ",
+        "",
+        "0.32 v1/engine/async_llm.py: 'Request %s aborted.', 'Request %s failed (engine dead).', 'Request %s "
+        "failed (bad request): %s.', 'Request %s failed (input error): %s.', 'Request %s failed due to %s.'; KV "
+        "connectors 'Request %s: ...' (a real TPU offload connector log); RequestLogger's 'Request %s details' and "
+        "'Request %s JSON body'",
+        "every message vLLM begins with a request's id: the id is the client's, and so may be what follows",
+    ),
+    EchoForm(
+        "kv_transfer_request",
+        " for request ",
+        "",
+        "0.32 v1/core/sched/scheduler.py 'Finished recving KV transfer for request %s' and the KV connectors' "
+        "'... for request %s' (nixl, mooncake, moriio)",
+        "the request id ends the message",
+    ),
+    EchoForm(
+        "prompt_field",
+        "prompt:",
+        None,
+        "'Added request %s ... prompt: ...' debug lines, Ray Serve's request logs, 'Error in request: prompt: ...'",
+        "a prompt under any other logger",
+    ),
+    EchoForm(
+        "prompt_field_upper",
+        "Prompt:",
+        None,
+        "offline LLM scripts and Ray Data UDFs that print 'Prompt: %r, Generated text: %r' next to the server log",
+        "a prompt and its output",
+    ),
+    EchoForm(
+        "prompt_token_ids",
+        "prompt_token_ids",
+        None,
+        "V0 0.4-0.10 'Received request' and Sequence/Request reprs ('prompt_token_ids=[...]')",
+        "a request's repr",
+    ),
+    EchoForm(
+        "sampling_params",
+        "SamplingParams(",
+        None,
+        "all versions: SamplingParams.__repr__ in any request repr or error message",
+        "stop strings, bad words, logit bias and structured-output grammars are client text",
+    ),
+    EchoForm(
+        "pooling_params",
+        "PoolingParams(",
+        None,
+        "0.5-0.33 PoolingParams.__repr__ (embedding/pooling requests)",
+        "a pooling request's repr",
+    ),
+)
+
+# The literal markers: a line holding none of them holds no echo (the fast paths test these first;
+# kvwatch.sources.files keeps a line holding one from opening a startup window).
+REQUEST_MARKERS: tuple[str, ...] = tuple(dict.fromkeys(f.marker for f in ECHO_FORMS))
+
+# An access-log request line: uvicorn's 'LEVEL:     ADDR - "METHOD PATH HTTP/V" STATUS' (0.4-0.33
+# API server; uvicorn/config.py LOGGING_CONFIG "access" fmt '%(levelprefix)s %(client_addr)s -
+# "%(request_line)s" %(status_code)s'). The path and query are the client's (uvicorn quotes the path,
+# not the query), and with --proxy-headers so is the address (X-Forwarded-For), which comes before the
+# request line: the echo starts at uvicorn's level prefix, or at the line's start without one.
+# ACCESS_ANCHOR is the literal tested first.
+ACCESS_ANCHOR = " HTTP/"
+# The path may hold spaces where a proxy or another server wrote it unquoted: the method after a quote
+# with " HTTP/" later on the line is enough.
+ACCESS_REQUEST = re.compile(r'"(?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE) (?=.*? HTTP/\d)')
+ACCESS_LEVEL = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s")
+
+# Who writes each record kind: the file of vLLM's header ("[loggers.py:335]", basename of 0.11.1+'s
+# relative %(fileinfo)s) must be one of the modules that write that kind, so a kind's words under
+# another logger (an echo not yet listed above, a message glued after another record's) are no
+# record. Family -> basename regex, from where vLLM's source logs each message (file and versions in
+# each comment; the forks' own module names where a row reads a fork's words).
+LOGGER_FAMILIES: dict[str, re.Pattern[str]] = {
+    # V0 engine/metrics.py LoggingStatLogger.log (0.4.1-0.10.2), llm_engine.py _log_system_stats
+    # (0.2-0.4.0), V1 v1/metrics/loggers.py LoggingStatLogger.log (0.7.3-0.33).
+    "stats": re.compile(r"(?:metrics|loggers|llm_engine)\.py"),
+    # V0 core/scheduler.py Scheduler._preempt (0.4.3-0.10.2).
+    "scheduler": re.compile(r"\w*scheduler\w*\.py"),
+    # The banner, args and command-line words of the entrypoints: openai/api_server.py (0.4.1-0.14
+    # "vLLM API server version", "args: Namespace"), entrypoints/utils.py log_non_default_args
+    # (0.9-0.2x), serve/utils/api_utils.py (0.3x banner, logo and "non-default args"), cli/serve.py
+    # ("Defaulting api_server_count"), run_batch.py, launcher.py, arg_utils.py.
+    # startup.py: where 0.33 writes "vLLM server version %s, serving model %s".
+    "entrypoint": re.compile(
+        r"(?:api_server|api_utils|utils|serve|startup|run_batch|launcher|arg_utils|cli_args|main)\.py"
+    ),
+    # The engine config dump: V0 engine/llm_engine.py LLMEngine.__init__ (0.2-0.10.2), V1
+    # v1/engine/core.py EngineCore (0.7.1-0.33), V0 async_llm_engine.py / V1 async_llm.py in between.
+    "engine": re.compile(r"(?:\w*llm_engine|core|async_llm|llm)\.py"),
+    # Resolved settings: config.py (0.4-0.10), config/model.py, config/scheduler.py, config/cache.py
+    # (0.11+), engine/arg_utils.py, the platform modules (platforms/*.py: "Setting attention block size"
+    # on XPU/hybrid models, 0.10+) and v1/engine/__init__.py.
+    "config": re.compile(
+        r"(?:config|model|scheduler|cache|arg_utils|__init__|interface|cuda|rocm|xpu|cpu|tpu|hpu)\.py"
+    ),
+    # Weights and memory profiling: the model runners (worker/model_runner.py V0, v1/worker/
+    # gpu_model_runner.py, v1/worker/gpu/model_runner.py 0.32, tpu/xpu/cpu/hpu/habana runners) and the
+    # workers (worker/worker.py V0, v1/worker/gpu_worker.py, cpu_worker.py, hpu_worker.py, habana_worker.py).
+    "worker": re.compile(r"\w*(?:model_runner|worker|executor|loader)\w*\.py"),
+    # The pool: V0 executors (executor/gpu_executor.py, distributed_gpu_executor.py, executor_base.py,
+    # ray/multiproc/cpu/xpu/tpu/neuron/openvino/hpu executors: "# GPU blocks", "Maximum concurrency"),
+    # V0 llm_engine.py _init_cache (<=0.4.0), V1 v1/core/kv_cache_utils.py (0.8+: "KV cache size",
+    # "Maximum concurrency", "Overriding num_gpu_blocks"), v1/engine/core.py (0.6.4-0.7.3 "# GPU
+    # blocks"), v1/metrics/loggers.py ("cache_config_info with initialization after num_gpu_blocks is").
+    "pool": re.compile(
+        r"(?:\w*executor\w*|\w*worker\w*|\w*model_runner\w*|kv_cache_utils|llm_engine|core|loggers|cache|config)\.py"
+    ),
+}
+# Errors are written by whatever module caught them (core.py, multiproc_executor.py, async_llm.py,
+# api_router.py, serving_*.py, a traceback's own lines): any logger but the request loggers.
+ECHO_LOGGERS = re.compile(r"(?:logger|request_logger|h11_impl|httptools_impl)\.py")
+
+# Row name (or record kind) -> family. Rows not named here are read under any logger but the echo
+# loggers (error rows); "paste" rows are read only where no vLLM header is: vLLM never logs a
+# shell command, a user pasted it (so "vllm serve ..." inside a logged record is no command line).
+KIND_LOGGERS: dict[str, str] = {
+    "stats": "stats",
+    "prefix_hit_v0": "stats",
+    "preemption": "scheduler",
+    "version_banner": "entrypoint",
+    "version_serving": "entrypoint",
+    "version_logo": "entrypoint",
+    "logo_model": "entrypoint",
+    "dp_api_server_count": "entrypoint",
+    "args": "entrypoint",
+    "engine_config": "engine",
+    "cli_command": "paste",
+    "chunked_prefill": "config",
+    "max_model_len": "config",
+    "weights_v0": "worker",
+    "weights": "worker",
+    "weights_hpu_preload": "worker",
+    "weights_hpu": "worker",
+    "profile_v064": "worker",
+    "profile_start": "worker",
+    "profile_budget": "worker",
+    "profile_util_tab": "worker",
+    "profile_weights": "worker",
+    "profile_kv": "worker",
+    "profile_kv_hpu": "worker",
+    "profile_kv_tab": "worker",
+    "available_kv": "worker",
+    "memory_summary_util": "worker",
+    "memory_summary_kv": "worker",
+    "kv_memory_bytes": "worker",
+    "cpu_kv_space": "worker",
+    "cudagraph_util": "worker",
+    "blocks": "pool",
+    "blocks_override": "pool",
+    "cache_config_info": "pool",
+    "kv_size": "pool",
+    "max_concurrency": "pool",
+    "attention_block_size": "config",
+}
+
+# Where a record's words begin in a message under a vLLM header: at the message's start, behind only
+# what vLLM itself writes before them: the ASCII-art logo's glyphs (0.16+ api_utils.py), V1's
+# "Engine 000: " / "N Engines Aggregated: " (loggers.py; "Engine 000: vllm cache_config_info ..." in
+# 0.9-0.11), V0's "# " of "# GPU blocks", and for an error the exception's class and module path, as a
+# traceback's last line or logger.exception writes it ("torch.OutOfMemoryError: ", "RuntimeError: ",
+# "vllm.v1.engine.exceptions." before "EngineDeadError: ..."; Ray's "RayTaskError(ValueError): "),
+# and V0's re-raise of a failed step (worker/model_runner_base.py dump_input_when_exception, 0.6-0.10:
+# "Error in model execution (input dumped to /tmp/err_....pkl): CUDA out of memory. ..."). A kind's
+# words further into a message belong to that message (text glued after it), not to a record of its own.
+MESSAGE_LEAD = re.compile(
+    r"[\s\u2580-\u259f]*(?:Engine \d+: (?:vllm )?|\d+ Engines Aggregated: )?(?:#\s*)?"
+    r"(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\w*(?:\([\w.]*\))?: )*"
+    r"(?:Error in model execution(?: \(input dumped to [^\s()]+\))?: )?(?:[A-Za-z_]\w*\.)*"
+)
+# Rows whose words sit inside a longer vLLM message, exempt from MESSAGE_LEAD (their logger is still
+# checked): V1 gpu_worker.py's memory summary ("Free memory on device (...) on startup. Desired GPU
+# memory utilization is (...). ... Current kv cache memory in use is X GiB", 0.11+), the CUDA-graph
+# notice and the kv_cache_memory_bytes and CPU-backend KV lines (worded mid-sentence), V0's memory
+# profiling parts (0.6.5-0.10.2 worker.py, one line or three).
+MID_MESSAGE_ROWS = frozenset(
+    (
+        "memory_summary_util",
+        "memory_summary_kv",
+        "cudagraph_util",
+        "kv_memory_bytes",
+        "cpu_kv_space",
+        "profile_v064",
+        "profile_budget",
+        "profile_util_tab",
+        "profile_weights",
+        "profile_kv",
+        "profile_kv_tab",
+        "profile_kv_hpu",
+    )
+)
+# Rows that may follow another row's words in one message, right after FOLLOWS_SEPARATOR: 0.28+
+# v1/core/kv_cache_utils.py (_report_kv_cache_config, 0.32) logs one message
+# "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx".
+FOLLOWS: dict[str, str] = {"max_concurrency": "kv_size"}
+FOLLOWS_SEPARATOR = ", "
 
 # --------------------------------------------------------------------------------------------
 # Periodic stats records (docs/vllm-formats.md §4)
@@ -103,8 +389,13 @@ STATS_FAST = re.compile(
 )
 # A whole physical line that is one such record and nothing else: vLLM's header, the optional
 # engine prefix, the record, its end. Most stats lines of a large log are read by this one match.
+# Its header captures the logger's module basename (group 6: "loggers.py" of "[v1/metrics/loggers.py:335]"),
+# which must be the stats logger's (LOGGER_FAMILIES "stats").
 PLAIN_STATS_LINE = re.compile(
-    VLLM_HEADER.pattern + r"(?:Engine (\d+): |(\d+) Engines Aggregated: )?" + STATS_FAST.pattern + r"\.?\n?$"
+    VLLM_HEADER.pattern.replace(r"\[?[^\s\[\]]+:\d+", r"\[?(?:[^\s\[\]]*/)?([^\s\[\]/]+):\d+")
+    + r"(?:Engine (\d+): |(\d+) Engines Aggregated: )?"
+    + STATS_FAST.pattern
+    + r"\.?\n?$"
 )
 
 # "<DEVICE> KV cache usage: X%": "GPU" (all versions), V0's second "CPU" (swap space), and from

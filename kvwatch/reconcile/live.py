@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from kvwatch import __version__
 from kvwatch.histogram import bucket_delta, bucket_quantile
+from kvwatch.parse.provenance import valid_label_value
 from kvwatch.reconcile.expectation import request_from_histograms, request_from_stats
 from kvwatch.reconcile.facts import FactsBuilder, ServerFacts
 from kvwatch.reconcile.pool import RequestShape
@@ -523,9 +524,12 @@ class LiveState:
         return eng
 
     def _model_name(self, eng: _Engine) -> str:
-        for value in (eng.model_name, self.facts().model_name):
-            if isinstance(value, str) and value:
-                return value[:200]
+        if eng.model_name:
+            return eng.model_name[:200]
+        # From the log: only a value a model name can have (kvwatch.parse.provenance).
+        value = self.facts().model_name
+        if isinstance(value, str) and valid_label_value(value):
+            return value[:200]
         return "unknown"
 
     def _metrics_fresh(self, eng: _Engine, now: float) -> bool:
