@@ -327,6 +327,8 @@ class QuantScheme:
     method: str
     linear_bytes: float  # bytes per parameter of a quantised linear layer (scales included)
     experts_only: bool = False  # MXFP4 on gpt-oss: only the MoE experts are quantised
+    # The experts' (intermediate per partition, hidden) rounded up to these multiples.
+    expert_pad: tuple[int, int] = (1, 1)
     lm_head: bool = False  # the config quantises lm_head too
     ignore: tuple[str, ...] = ()  # module names/patterns left in the model dtype
 
@@ -394,7 +396,11 @@ def quant_scheme(raw: Mapping[str, Any], override: str | None, dtype_bytes: int,
     if method == "mxfp4":
         # Mxfp4Config (gpt-oss): MoE experts in 4 bits with one e8m0 scale per 32; attention,
         # router, embeddings and lm_head stay bf16.
-        return QuantScheme(method, 0.5 + 1 / 32, experts_only=True)
+        # Mxfp4MoEMethod.create_weights pads the experts for its kernel: Marlin (GPUs before
+        # Hopper, or Hopper without triton_kernels / FlashInfer; the path 0.10.1 took on H100)
+        # needs intermediate_size_per_partition % 128 and hidden % 256. The backend depends on
+        # the installed packages, so kvwatch predicts the Marlin layout (0.10.1, 0.11.0 mxfp4.py).
+        return QuantScheme(method, 0.5 + 1 / 32, experts_only=True, expert_pad=(128, 256))
     if method in ("modelopt", "modelopt_fp4", "nvfp4"):
         algo = str(qc.get("quant_algo", (qc.get("quantization") or {}).get("quant_algo", "FP8"))).upper()
         return QuantScheme(method, 0.5 + 1 / 16 if "FP4" in algo else 1.0, ignore=ignore)
@@ -429,7 +435,13 @@ def _ignored(scheme: QuantScheme, module: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _layer_parts(s: ModelShape, tp: int, moe: bool, mamba: bool = False) -> dict[str, float]:
+def _round_up(x: float, multiple: int) -> float:
+    return -(-x // multiple) * multiple if multiple > 1 else x
+
+
+def _layer_parts(
+    s: ModelShape, tp: int, moe: bool, mamba: bool = False, expert_pad: tuple[int, int] = (1, 1)
+) -> dict[str, float]:
     """Parameters of one decoder layer on one GPU, by part (linear layers split by TP)."""
     h = s.hidden
     if mamba:
@@ -448,7 +460,8 @@ def _layer_parts(s: ModelShape, tp: int, moe: bool, mamba: bool = False) -> dict
         attn = h * s.head_dim * (s.heads / tp + 2 * kv) + s.heads / tp * s.head_dim * h
     parts: dict[str, float] = {"attention": attn, "norms": 2 * h}
     if moe:
-        parts["experts"] = s.experts * 3 * h * s.moe_intermediate / tp
+        inter = _round_up(s.moe_intermediate / tp, expert_pad[0])
+        parts["experts"] = s.experts * 3 * _round_up(h, expert_pad[1]) * inter
         parts["router"] = h * s.experts
         if s.shared_intermediate:
             parts["shared_experts"] = 3 * h * s.shared_intermediate / tp
@@ -492,9 +505,12 @@ def estimate_weights(
         rows: dict[str, float] = {}
         params = 0.0
         for i in range(start, end):
-            for part, n in _layer_parts(s, tp, i in s.moe_layer_ids, i in s.mamba_layer_ids).items():
+            moe, mamba = i in s.moe_layer_ids, i in s.mamba_layer_ids
+            pad = scheme.expert_pad if scheme else (1, 1)
+            for part, n in _layer_parts(s, tp, moe, mamba, pad).items():
                 rows[part] = rows.get(part, 0.0) + linear_bytes(part, n)
-                params += n
+            # the checkpoint's parameters (the padding is the kernel's, not the model's)
+            params += sum(_layer_parts(s, tp, moe, mamba).values())
         if stage == 0:
             rows["embedding"] = embed * elem
             params += embed
