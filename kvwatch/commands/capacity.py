@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 
-from kvwatch.commands import capacity_memory
 from kvwatch.errors import UsageError
 from kvwatch.reconcile import catalogue
 from kvwatch.reconcile.architecture import Architecture, resolve_model
@@ -179,7 +178,9 @@ def render_text(doc: dict[str, Any]) -> str:
             f"{_fmt_int(obs['kv_cache_tokens'])} tokens, {_fmt_float(obs['max_concurrency'])}x; predicted blocks "
             f"{obs['predicted_blocks_range'] or '-'}, {_fmt_float(obs['predicted_max_concurrency'])}x"
         )
-    lines.extend(capacity_memory.render_memory(doc))
+    from kvwatch.commands.capacity_memory import render_memory  # local: --help stays light
+
+    lines.extend(render_memory(doc))
     lines.append("")
     header = f"  {'lever':<34}{'bytes/token':>12}{'pool tokens':>14}{'concurrency':>13}{'x':>7}  note"
     lines.append(header)
@@ -340,6 +341,8 @@ def capacity(
 
     # The memory profile predicted from config.json replaces the flat overhead unless the user
     # gave the overhead or measured pool themselves.
+    from kvwatch.commands import capacity_memory  # local: --help stays light
+
     profile = None
     if dep.gpu_memory_bytes is not None and overhead_gib is None and not pools:
         profile = capacity_memory.predict(
