@@ -500,3 +500,25 @@ def test_flat_overhead_path_is_unchanged_when_given() -> None:
     )
     est = estimate(lookup("llama-3.1-8b"), dep)
     assert est.pool_bytes == int(24 * GIB * 0.9) - 17 * GIB
+
+
+def test_analyze_can_explain_a_logged_refusal_from_the_kv_memory_vllm_printed() -> None:
+    from kvwatch.reconcile.analysis import analyze_paths
+    from kvwatch.reconcile.startup import foretell_from_log
+
+    # tests/fixtures/real/logs/011: the 29000-token start of vllm-project/vllm#10517 (V0 0.6.4).
+    doc = analyze_paths([str(STARTUPS.parent / "real" / "logs" / "011-v064-two-runs-no-prefix-missing-hash.log")])
+    arch = from_config(_config(CASES[0]), name="llama-3.1-8b", source="fixture")
+    verdict = foretell_from_log(doc, arch)
+    assert verdict is not None
+    assert not verdict.ok
+    assert verdict.error is not None
+    logged = doc["errors"][0]["message"]  # vLLM's sentence as the reader kept it
+    head = "The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache"
+    assert logged.startswith(head)
+    assert verdict.error.startswith(head)
+    # vLLM's 23,648 tokens, within the one block the printed 2.89 GiB cannot pin down
+    tokens = int(verdict.error[len(head) :].split("(")[1].split(")")[0])
+    assert tokens == pytest.approx(23_648, abs=16)
+    assert verdict.max_model_len_that_starts == pytest.approx(23_648, abs=32)
+    assert verdict.gpu_memory_utilization_needed is None  # the log keeps no GPU total

@@ -12,17 +12,28 @@ vLLM refuses to start in two ways once it has sized the KV memory (the ``MemoryP
 
 The sentences are vLLM's own, per the releases read (0.6.3, 0.8.5, 0.10.1, 0.11.0, 0.32.0); a
 release between two read ones takes the wording of the nearest earlier read release.
-``explain_failed_start`` is what ``analyze`` can call to say why a logged start failed. Pure.
+``foretell_from_log`` and ``explain_failed_start`` are what ``analyze`` can call to say why a
+logged start failed and what would have started it. Pure.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvwatch.reconcile.capacity import KvLayout, cdiv
-from kvwatch.reconcile.memory_profile import GIB, MemoryProfile, parse_version
+from kvwatch.reconcile.architecture import Architecture
+from kvwatch.reconcile.capacity import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    KV_CACHE_DTYPE_BYTES,
+    KvLayout,
+    cdiv,
+    kv_layout,
+    legacy_allocator,
+)
+from kvwatch.reconcile.memory_profile import GIB, MemoryProfile, engine_of, parse_version
 
 # V0 vllm/worker/worker.py raise_if_cache_size_invalid (0.6.3; the same text through 0.10's V0).
 V0_NO_MEMORY = (
@@ -137,11 +148,13 @@ def longest_that_fits(layout: KvLayout, kv_bytes: int, upper: int, max_num_batch
     return best
 
 
-def utilization_needed(profile: MemoryProfile, need_bytes: int) -> float:
+def utilization_needed(profile: MemoryProfile, need_bytes: int) -> float | None:
     """The smallest --gpu-memory-utilization (to 0.01, rounded up) whose KV memory holds ``need_bytes``.
 
-    May exceed 1.0: then no utilisation starts it on this GPU.
+    May exceed 1.0: then no utilisation starts it on this GPU. None when the GPU's size is unknown.
     """
+    if profile.gpu_total_bytes <= 0:
+        return None
     required = (profile.non_kv_bytes + need_bytes) / profile.gpu_total_bytes
     return math.ceil(required * 100 - 1e-9) / 100
 
@@ -183,6 +196,54 @@ def foretell_start(
     )
 
 
+def foretell_from_log(doc: Mapping[str, Any], arch: Architecture) -> StartVerdict | None:
+    """The start verdict for a logged start, from the KV memory vLLM printed (for ``analyze``).
+
+    ``doc`` is a kvwatch.analyze/1 document. The engine is the log's version, else V0 when the log
+    printed CPU blocks (V1 has none). The utilisation needed is unknown (the reader keeps no GPU
+    total) and stays None. None when the log states no KV memory or no max_model_len.
+    """
+    cap = doc.get("capacity") or {}
+    conf = doc.get("config") or {}
+    kv_gib, max_len = cap.get("kv_cache_memory_gib"), conf.get("max_seq_len")
+    if not isinstance(kv_gib, (int, float)) or not isinstance(max_len, int) or max_len <= 0:
+        return None
+    version_text = conf.get("vllm_version")
+    if not isinstance(version_text, str):
+        version_text = "0.6.3" if cap.get("cpu_blocks") is not None else None
+    version = parse_version(version_text)
+    tp = conf.get("tensor_parallel_size") or 1
+    pp = conf.get("pipeline_parallel_size") or 1
+    block = cap.get("block_size") or conf.get("block_size") or DEFAULT_BLOCK_SIZE
+    kv_dtype = conf.get("kv_cache_dtype")
+    layout = kv_layout(
+        arch,
+        kv_cache_dtype=kv_dtype if isinstance(kv_dtype, str) and kv_dtype.lower() in KV_CACHE_DTYPE_BYTES else "auto",
+        tp=tp,
+        pp=pp,
+        block_size=block,
+        legacy=legacy_allocator(version_text),
+    )
+    mnbt = conf.get("max_num_batched_tokens") or DEFAULT_MAX_NUM_BATCHED_TOKENS
+    profile = MemoryProfile(
+        gpu_total_bytes=0,
+        utilization=float(conf.get("gpu_memory_utilization") or 0.9),
+        weights_bytes=int(float(cap.get("weights_gib") or 0) * GIB),
+        activation_bytes=0,
+        non_torch_bytes=0,
+        cuda_graph_bytes=0,
+        cuda_graph_subtracted=False,
+        kv_memory_bytes=int(float(kv_gib) * GIB),
+        vllm_version=".".join(str(x) for x in version),
+        engine=engine_of(version),
+        max_num_batched_tokens=int(mnbt),
+        max_num_seqs=int(conf.get("max_num_seqs") or 256),
+        rows=(),
+        source="measured",
+    )
+    return foretell_start(profile, layout, max_len, model_max_len=arch.max_position_embeddings)
+
+
 def explain_failed_start(verdict: StartVerdict, profile: MemoryProfile) -> dict[str, Any]:
     """Facts for analyze's cause table: which refusal, the budget behind it, and what would start.
 
@@ -204,6 +265,7 @@ def explain_failed_start(verdict: StartVerdict, profile: MemoryProfile) -> dict[
 __all__ = [
     "StartVerdict",
     "explain_failed_start",
+    "foretell_from_log",
     "foretell_start",
     "longest_that_fits",
     "request_need_bytes",
