@@ -522,3 +522,21 @@ def test_analyze_can_explain_a_logged_refusal_from_the_kv_memory_vllm_printed() 
     assert tokens == pytest.approx(23_648, abs=16)
     assert verdict.max_model_len_that_starts == pytest.approx(23_648, abs=32)
     assert verdict.gpu_memory_utilization_needed is None  # the log keeps no GPU total
+
+
+def test_from_log_reports_the_measured_memory_and_no_pool_flags_leave_it_null(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = STARTUPS.parent / "real" / "logs" / "011-v064-two-runs-no-prefix-missing-hash.log"
+    with pytest.raises(SystemExit):
+        main(["capacity", "--model", "llama-3.1-8b", "--from-log", str(log), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["memory"]["source"] == "measured"
+    assert doc["memory"]["weights_gib"] == 14.9888
+    assert doc["memory"]["kv_memory_gib"] == 2.89
+    assert doc["start"] is None
+    with pytest.raises(SystemExit):
+        main(["capacity", "--model", "llama-3.1-8b", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["memory"] is None
+    assert doc["start"] is None
