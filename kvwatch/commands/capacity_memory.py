@@ -93,7 +93,7 @@ def render_memory(doc: Mapping[str, Any]) -> list[str]:
         lines.append(f"  memory budget     {memory['budget']}  (vLLM {memory['vllm_version']}, {memory['engine']})")
         for row in memory.get("rows", []):
             mark = "-" if row["subtracted"] else " "
-            lines.append(f"    {mark} {row['name']:<20}{row['gib']:>8.2f} GiB  {row['source']}")
+            lines.append(f"    {mark} {row['name']:<20}{row['gib']:>8.2f} GiB  {row['source']}  [{row['versions']}]")
     start = doc.get("start")
     if isinstance(start, Mapping):
         if start["ok"]:

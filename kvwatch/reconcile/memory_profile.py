@@ -79,9 +79,6 @@ NCCL_NVLINK_BYTES = int(1.79 * GIB)
 CUDA_GRAPH_ESTIMATE = int(0.5 * GIB)
 
 
-_FORWARD_SOURCE = {"v1": "v1 gpu_model_runner._dummy_run", "v0": "v0 model_runner.profile_run"}
-
-
 def parse_version(text: str | None) -> tuple[int, int, int]:
     """``"0.8.5"`` -> (0, 8, 5); None -> the current release; junk is a usage error."""
     m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", (text or CURRENT_VERSION).strip())
@@ -313,7 +310,13 @@ def predict_memory(
     else:
         why = "given (--weights-gib)"
     rows.append(
-        ProfileRow("weights", weights_bytes, "all", f"{why}; model_executor/model_loader, 'Model loading took X GiB'")
+        ProfileRow(
+            "weights",
+            weights_bytes,
+            "0.4+",
+            f"{why}; as loaded (V1 gpu_model_runner.load_model 'Model loading took X GiB', V0 model_runner "
+            f"'Loading model weights took X GB')",
+        )
     )
 
     forward = forward_peak_bytes(shape, mnbt, tp, elem)
@@ -325,8 +328,8 @@ def predict_memory(
         ProfileRow(
             "activation.forward",
             forward,
-            "all",
-            f"dummy forward of max_num_batched_tokens={mnbt} ({_FORWARD_SOURCE[engine]})",
+            "V0 0.4-0.7 worker/model_runner.py profile_run; V1 0.8+ v1/worker/gpu_model_runner.py _dummy_run",
+            f"dummy forward of max_num_batched_tokens={mnbt} tokens",
             subtracted=forward == activation,
         )
     )
@@ -334,9 +337,9 @@ def predict_memory(
         ProfileRow(
             "activation.sampler",
             sampler,
-            "all",
-            f"logits of {sample_rows} dummy requests x vocab {shape.vocab}, float32 + top-k/top-p sort "
-            f"({'_dummy_sampler_run' if engine == 'v1' else 'Sampler via profile_run'})",
+            "V1 0.8.5-0.32.0 _dummy_sampler_run + v1/sample/ops/topk_topp_sampler.py; V0 profile_run logits",
+            f"logits of {sample_rows} dummy requests x vocab {shape.vocab}"
+            + (": float32 sort values, int64 indices, softmax" if engine == "v1" else ", model dtype"),
             subtracted=sampler == activation and forward != activation,
         )
     )
@@ -345,8 +348,8 @@ def predict_memory(
             ProfileRow(
                 "activation.encoder",
                 encoder,
-                "v1 0.8+ (V0: encoder inputs in the dummy sequences)",
-                "multimodal encoder profile (estimate: the vision tower's ViT over the encoder budget)",
+                "V1 0.8+ v1/worker/gpu_model_runner.py profile_run ('Profile with multimodal encoder')",
+                "dummy images of the encoder budget through the vision tower (an estimate of the ViT's tensors)",
                 subtracted=encoder == activation,
             )
         )
@@ -356,8 +359,8 @@ def predict_memory(
         ProfileRow(
             "non_torch.runtime",
             non_torch,
-            "all",
-            "CUDA libraries outside PyTorch during the profile run; measured by vLLM, a stated default here",
+            "0.6.5+ utils memory_profiling non_torch_increase; V1 gpu_worker.determine_available_memory",
+            "CUDA libraries outside PyTorch during the profile run; vLLM measures it, kvwatch states 0.2 GiB",
         )
     )
     if tp > 1 and gpu_total_bytes >= LARGE_GPU_BYTES:
@@ -366,7 +369,7 @@ def predict_memory(
             ProfileRow(
                 "non_torch.nccl",
                 NCCL_NVLINK_BYTES,
-                "0.6.5+",
+                "0.6.5+ (the same measurement, with a TP group)",
                 "NCCL all-reduce buffers with TP > 1 on NVLink-class GPUs (vLLM PR #10511 measured 1.79 GiB)",
             )
         )
@@ -377,8 +380,9 @@ def predict_memory(
         ProfileRow(
             "cuda_graphs",
             graph,
-            "subtracted from 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); captured after sizing before",
-            "stated estimate; --enforce-eager captures none",
+            "subtracted from 0.21 (gpu_worker.determine_available_memory, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
+            "=1); before, graphs are captured after the KV cache is sized",
+            "stated 0.5 GiB estimate (vLLM captures them to measure); --enforce-eager captures none",
             subtracted=graph_subtracted,
         )
     )
