@@ -540,3 +540,13 @@ def test_from_log_reports_the_measured_memory_and_no_pool_flags_leave_it_null(
     doc = json.loads(capsys.readouterr().out)
     assert doc["memory"] is None
     assert doc["start"] is None
+
+
+def test_the_quantization_flag_wins_over_the_config_unless_it_is_a_kernel_of_the_same_method() -> None:
+    awq = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": True}}
+    same = quant_scheme(awq, "awq_marlin", 2, "config.json")
+    other = quant_scheme(awq, "fp8", 2, "config.json")
+    assert same is not None
+    assert other is not None
+    assert same.linear_bytes == pytest.approx(0.5 + 2 / 64 + 0.5 / 64)  # the checkpoint's group size kept
+    assert other.method == "fp8"

@@ -350,11 +350,19 @@ def quant_scheme(raw: Mapping[str, Any], override: str | None, dtype_bytes: int,
             if isinstance(raw.get("text_config"), dict)
             else None
         )
+    from_flag = False
+    if isinstance(qc, dict) and override not in (None, "", "none"):
+        # --quantization wins (CONTRACTS.md); a kernel variant of the checkpoint's own method
+        # (awq_marlin for awq, gptq_marlin for gptq) keeps the checkpoint's bits and group size.
+        family = str(override).lower().split("_")[0]
+        if not str(qc.get("quant_method", "")).lower().startswith(family):
+            qc = None
     if not isinstance(qc, dict):
         if override in (None, "", "none"):
             return None
         method = str(override).lower()
         qc = {"quant_method": method}
+        from_flag = True
     method = str(qc.get("quant_method") or override or "").lower()
     ignore = tuple(
         str(x) for x in (qc.get("ignore") or qc.get("modules_to_not_convert") or qc.get("ignored_layers") or [])
@@ -414,9 +422,10 @@ def quant_scheme(raw: Mapping[str, Any], override: str | None, dtype_bytes: int,
         return QuantScheme(method, 0.5 + (1 / 64 + 4 / (64 * 256) if double else 4 / 64), ignore=skip)
     if method in ("gguf",):
         return QuantScheme(method, 0.5625)
+    where = "--quantization" if from_flag else f"{source}: field 'quantization_config.quant_method'"
     raise UsageError(
-        f"{source}: field 'quantization_config.quant_method' {method!r} is not known; "
-        f"kvwatch reads fp8, awq, gptq, compressed-tensors, mxfp4, modelopt and bitsandbytes (or pass --weights-gib)"
+        f"{where} {method!r} is not known; kvwatch reads fp8, awq, gptq, compressed-tensors, mxfp4, modelopt "
+        f"and bitsandbytes (or pass --weights-gib)"
     )
 
 
