@@ -197,7 +197,12 @@ def scheduler_defaults(
     multimodal: bool,
     sliding_window: bool,
 ) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) vLLM picks for ``vllm serve`` when not given."""
+    """(max_num_batched_tokens, max_num_seqs) vLLM picks for ``vllm serve`` when not given.
+
+    From 0.10 the >= 70 GiB defaults also require a device name without "a100" (arg_utils.py,
+    0.10.1 / 0.11.0 / 0.32.0), which the memory size cannot tell: an A100 80GB gets 2048 / 256
+    there, so pass those with --max-num-batched-tokens / --max-num-seqs for one.
+    """
     if engine_of(version) == "v1":
         return V1_DEFAULTS_LARGE if gpu_total_bytes >= LARGE_GPU_BYTES else V1_DEFAULTS_SMALL
     chunked = max_model_len > V0_LONG_CONTEXT and not multimodal and not sliding_window
