@@ -122,7 +122,10 @@ def _field(cfg: Mapping[str, Any], name: str, source: str, default: int | None =
     if value is None:
         if default is not None:
             return default
-        raise UsageError(f"{source}: field '{name}' is missing; it is needed to size the weights and activations")
+        raise UsageError(
+            f"{source}: field '{name}' is missing; it is needed to size the weights and activations "
+            f"(or give --weights-gib and --overhead-gib)"
+        )
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UsageError(f"{source}: field '{name}' must be a non-negative integer, got {json.dumps(value)[:40]}")
     return value
