@@ -58,11 +58,37 @@ V0_LONG_CONTEXT = 32768
 # vllm/envs.py VLLM_FUSED_MOE_CHUNK_SIZE (default 32768 in 0.6-0.11, 16K*4 later): fused_moe
 # processes at most this many tokens at once, so its caches stop growing past it.
 FUSED_MOE_CHUNK = 32768
-# V1's sampler, bytes per logits element at its peak (v1/sample/ops/topk_topp_sampler.py
-# apply_top_k_top_p, 0.8.5-0.32.0): ``logits.sort`` returns float32 values and int64 indices, and
-# the top-p softmax adds a float32 tensor while both are alive; the float32 logits they came from
-# are the sort's input and are released as the sampler rebinds ``logits``.
-SAMPLER_EXTRA_BYTES = 4 + 8 + 4
+# V1's dummy sampler (``_dummy_sampler_run`` -> ``Sampler.forward`` -> ``TopKTopPSampler``), bytes
+# per logits element (dummy rows x padded vocabulary) alive at its peak, read in the releases named.
+# Always alive: the model-dtype logits ``compute_logits`` returned (``_dummy_sampler_run`` keeps
+# its reference while the sampler runs) and the float32 copy ``Sampler.forward`` makes
+# (``logits.to(torch.float32)``; the callers' frames keep it while top-k/top-p runs).
+# * 0.8.5-0.16 (pip installs: FlashInfer is an optional extra in 0.11.0 and opt-in from 0.15), the
+#   PyTorch path ``apply_top_k_top_p``: at its final ``logits_sort.scatter(...)`` the sorted float32
+#   values (4), int64 indices (8), the top-p softmax/cumsum (4), the two bool masks (1 + 1) and the
+#   scattered result (4) are alive: 22 B on top of the two logits tensors. torch.sort's own scratch
+#   is not counted.
+# * 0.17+ (0.17.0, 0.19.0, 0.32.0 ``apply_top_k_top_p``: ``apply_top_k_top_p_triton`` for >= 8 rows)
+#   the mask is applied in place in the float32 logits; then ``forward_native``'s float32 softmax
+#   ``probs`` (4) and ``random_sample``'s ``q = torch.empty_like(probs)`` (4): 8 B on top, plus the
+#   kernel's cached per-program float32 buffer of min(SMs, rows) x vocab.
+SAMPLER_TORCH_SORT_BYTES = 4 + 8 + 4 + 1 + 1 + 4
+SAMPLER_TRITON_BYTES = 4 + 4
+SAMPLER_LOGITS_F32 = 4
+TRITON_TOPK_VERSION = (0, 17, 0)
+# topk_topp_triton.py: NUM_PROGRAMS = min(num_compute_units, rows). The SM count is not in the
+# memory size; kvwatch states an H100's 132 (smaller GPUs have fewer SMs: a smaller buffer).
+TRITON_TOPK_PROGRAMS = 132
+# Fused-MoE workspace (0.15.0, 0.16.0, 0.17.0, 0.19.0 ``fused_moe/modular_kernel.py``
+# ``_allocate_buffers`` -> ``v1/worker/workspace.py`` ``WorkspaceManager.get_simultaneous``): the
+# Triton experts' intermediate caches are views of one buffer the manager keeps for the process, so
+# after the dummy forward they are still allocated while the sampler runs. Its size
+# (``TritonExperts.workspace_shapes``): workspace13 = max(M x topk x max(I, H), M x H) and
+# workspace2 = M x topk x max(2I, H) in the activation dtype, I the experts' intermediate per TP
+# rank. 0.11.0 allocates the caches per call (``fused_experts_impl``), so they are freed there;
+# 0.12-0.14 were not read, so the change is placed at 0.15. MXFP4 checkpoints take other expert
+# kernels, whose buffers kvwatch does not count.
+MOE_WORKSPACE_VERSION = (0, 15, 0)
 # Non-torch memory: what the CUDA runtime and libraries (cuBLAS/cuBLASLt workspaces, lazily
 # loaded kernel images) allocate outside PyTorch during the profile run. vLLM *measures* it
 # (memory_profiling's non_torch_increase); nothing in config.json gives it. kvwatch uses a stated
@@ -239,18 +265,37 @@ def forward_peak_bytes(s: ModelShape, tokens: int, tp: int, elem: int) -> int:
     return int((base + max(stages)) * elem)
 
 
-def sampler_peak_bytes(s: ModelShape, rows: int, elem: int, engine: str = "v1") -> int:
+def sampler_peak_bytes(
+    s: ModelShape, rows: int, elem: int, engine: str = "v1", version: tuple[int, int, int] = (0, 32, 0)
+) -> int:
     """The dummy sampler's peak over one logits row per request and the padded vocabulary.
 
-    V1 (``_dummy_sampler_run``, every TP rank all-gathers the logits): the top-k/top-p path's
-    float32 sorted values, int64 indices and float32 softmax alive together (SAMPLER_EXTRA_BYTES).
-    V0: the gathered logits in the model dtype. V0's printed peaks show no float32 sampler copies
-    (a 3090 on 0.6.4 printed 0.06 GiB for 512 tokens of Llama-3.1-8B, which is 256 rows x 128,256
-    x 2 bytes), so kvwatch counts the logits only there.
+    V1 (every TP rank all-gathers the logits): the model-dtype logits and their float32 copy, plus
+    the top-k/top-p path's tensors of that release (SAMPLER_TORCH_SORT_BYTES before 0.17,
+    SAMPLER_TRITON_BYTES and the Triton kernel's buffer from 0.17). V0: the gathered logits in the
+    model dtype. V0's printed peaks show no float32 sampler copies (a 3090 on 0.6.4 printed 0.06
+    GiB for 512 tokens of Llama-3.1-8B, which is 256 rows x 128,256 x 2 bytes), so kvwatch counts
+    the logits only there.
     """
     vocab = -(-s.vocab // 64) * 64
-    per_elem = SAMPLER_EXTRA_BYTES if engine == "v1" else elem
-    return rows * vocab * per_elem
+    if engine != "v1":
+        return rows * vocab * elem
+    held = elem + SAMPLER_LOGITS_F32
+    if version >= TRITON_TOPK_VERSION:
+        buffer = min(rows, TRITON_TOPK_PROGRAMS) * vocab * 4 if rows >= 8 else 0
+        return rows * vocab * (held + SAMPLER_TRITON_BYTES) + buffer
+    return rows * vocab * (held + SAMPLER_TORCH_SORT_BYTES)
+
+
+def moe_workspace_bytes(s: ModelShape, tokens: int, tp: int, elem: int) -> int:
+    """The fused-MoE workspace the WorkspaceManager keeps after the dummy forward (0.15+)."""
+    if not s.moe_layers or not s.experts_per_token:
+        return 0
+    m = min(tokens, FUSED_MOE_CHUNK)
+    inter = s.moe_intermediate / tp
+    ws13 = max(m * s.experts_per_token * max(inter, s.hidden), tokens * s.hidden)
+    ws2 = m * s.experts_per_token * max(2 * inter, s.hidden)
+    return int((ws13 + ws2) * elem)
 
 
 def encoder_peak_bytes(s: ModelShape, tokens_budget: int, elem: int) -> int:
@@ -326,7 +371,13 @@ def predict_memory(
 
     forward = forward_peak_bytes(shape, mnbt, tp, elem)
     sample_rows = min(mns, mnbt) if engine == "v1" else mns
-    sampler = sampler_peak_bytes(shape, sample_rows, elem, engine) + mnbt * shape.hidden * elem
+    method = str(quantization or (raw.get("quantization_config") or {}).get("quant_method") or "").lower()
+    workspace = (
+        moe_workspace_bytes(shape, mnbt, tp, elem)
+        if engine == "v1" and version >= MOE_WORKSPACE_VERSION and "mxfp4" not in method
+        else 0
+    )
+    sampler = sampler_peak_bytes(shape, sample_rows, elem, engine, version) + mnbt * shape.hidden * elem + workspace
     encoder = encoder_peak_bytes(shape, mnbt, elem)
     activation = max(forward, sampler, encoder)
     rows.append(
@@ -342,9 +393,23 @@ def predict_memory(
         ProfileRow(
             "activation.sampler",
             sampler,
-            "V1 0.8.5-0.32.0 _dummy_sampler_run + v1/sample/ops/topk_topp_sampler.py; V0 profile_run logits",
+            "V1 0.8.5-0.32.0 _dummy_sampler_run + v1/sample/ops/topk_topp_sampler.py (Triton top-k/top-p from "
+            "0.17); V0 profile_run logits",
             f"logits of {sample_rows} dummy requests x vocab {shape.vocab}"
-            + (": float32 sort values, int64 indices, softmax" if engine == "v1" else ", model dtype"),
+            + (
+                f", after the fused-MoE workspace ({workspace / GIB:.2f} GiB kept from the forward)"
+                if workspace
+                else ""
+            )
+            + (
+                (
+                    ": model-dtype and float32 logits, float32 probs and exponentials, Triton buffer"
+                    if version >= TRITON_TOPK_VERSION
+                    else ": model-dtype and float32 logits, torch.sort values and int64 indices, softmax, masks"
+                )
+                if engine == "v1"
+                else ", model dtype"
+            ),
             subtracted=sampler == activation and forward != activation,
         )
     )
@@ -417,6 +482,7 @@ __all__ = [
     "encoder_peak_bytes",
     "engine_of",
     "forward_peak_bytes",
+    "moe_workspace_bytes",
     "parse_version",
     "predict_memory",
     "sampler_peak_bytes",
