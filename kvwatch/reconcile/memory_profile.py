@@ -16,7 +16,8 @@ What vLLM does (the same shape in every release read: 0.6.3, 0.8.5, 0.10.1, 0.11
   ``_dummy_sampler_run`` (``min(max_num_seqs, max_num_tokens)`` rows, top_p=0.9, top_k=vocab-1,
   so the top-k/top-p path sorts the whole vocabulary: ``v1/sample/ops/topk_topp_sampler.py``).
 * The peak is the larger of the forward's live tensors and the sampler's (the forward's
-  intermediates are freed before the logits are computed; only the hidden states survive).
+  intermediates are freed before the logits are computed; the hidden states survive, and from 0.15
+  so does the fused-MoE workspace the WorkspaceManager keeps: MOE_WORKSPACE_VERSION).
 * CUDA graphs: V0 and V1 up to 0.20 capture them *after* the KV cache is allocated (the memory
   comes out of the 1 - utilisation headroom); from 0.21 ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
   defaults to 1 and the estimate is subtracted (0.32.0 ``gpu_worker.py``: "CUDA graph memory
