@@ -226,8 +226,14 @@ def test_from_log_without_a_model_name_asks_for_model(capsys: pytest.CaptureFixt
         ),
         (["--model", "llama-3.1-8b", "--kv-cache-dtype", "fp4"], "--kv-cache-dtype 'fp4' is not known"),
         (["--model", "llama-3.1-8b", "--tp", "0"], "--tp must be positive"),
-        (["--model", "llama-3.1-70b", "--gpu-memory-gib", "24"], "no memory left for the KV cache"),
-        (["--model", str(FIX / "vllm-cpu" / "tiny-llama"), "--gpu-memory-gib", "24"], "pass --weights-gib"),
+        (
+            ["--model", "llama-3.1-70b", "--gpu-memory-gib", "24", "--weights-gib", "131", "--overhead-gib", "3"],
+            "no memory left for the KV cache",
+        ),
+        (
+            ["--model", str(FIX / "synthetic-configs" / "head-dim-from-hidden"), "--gpu-memory-gib", "24"],
+            "field 'vocab_size' is missing",
+        ),
         (["--model", "llama-3.1-8b", "--from-log", "/nonexistent.log"], "no such file"),
     ],
     ids=[
@@ -238,7 +244,7 @@ def test_from_log_without_a_model_name_asks_for_model(capsys: pytest.CaptureFixt
         "unknown_kv_dtype",
         "zero_tp",
         "weights_exceed_gpu",
-        "unknown_weights",
+        "config_without_mlp_width",
         "missing_log",
     ],
 )

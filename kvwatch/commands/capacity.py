@@ -187,6 +187,9 @@ def render_text(doc: dict[str, Any]) -> str:
             f"{_fmt_int(obs['kv_cache_tokens'])} tokens, {_fmt_float(obs['max_concurrency'])}x; predicted blocks "
             f"{obs['predicted_blocks_range'] or '-'}, {_fmt_float(obs['predicted_max_concurrency'])}x"
         )
+    from kvwatch.commands.capacity_memory import render_memory  # local: --help stays light
+
+    lines.extend(render_memory(doc))
     lines.append("")
     header = f"  {'lever':<34}{'bytes/token':>12}{'pool tokens':>14}{'concurrency':>13}{'x':>7}  note"
     lines.append(header)
@@ -211,7 +214,11 @@ def capacity(
         ),
     ] = None,
     gpu_memory_gib: Annotated[
-        float | None, typer.Option(help="GPU memory per card, GiB (pool = G x U - W - O).")
+        float | None,
+        typer.Option(
+            help="GPU memory per card as CUDA reports it, GiB (a 24 GB RTX 3090 is 23.58): the pool is vLLM's "
+            "memory profile predicted from config.json, or G x U - W - O with --overhead-gib."
+        ),
     ] = None,
     gpu_memory_utilization: Annotated[
         float | None, typer.Option(help=f"vLLM's --gpu-memory-utilization (default {DEFAULT_GPU_MEMORY_UTILIZATION}).")
@@ -244,6 +251,19 @@ def capacity(
     prefix_caching: Annotated[
         bool | None, typer.Option("--prefix-caching/--no-prefix-caching", help="Store the shared prefix once (on).")
     ] = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(help="vLLM's --max-num-seqs (default: the version's, by GPU size).")
+    ] = None,
+    vllm_version: Annotated[
+        str | None, typer.Option(help="The vLLM release whose memory profile to predict (default: the newest read).")
+    ] = None,
+    enforce_eager: Annotated[
+        bool, typer.Option("--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs to budget.")
+    ] = False,
+    quantization: Annotated[
+        str | None, typer.Option(help="vLLM's --quantization (default: the config's quantization_config).")
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="vLLM's --dtype (default: the config's torch_dtype).")] = None,
     list_models: Annotated[bool, typer.Option("--list-models", help="List the built-in catalogue and exit.")] = False,
     output_format: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
 ) -> None:
@@ -266,6 +286,7 @@ def capacity(
         ("--max-model-len", max_model_len),
         ("--kv-cache-tokens", kv_cache_tokens),
         ("--max-num-batched-tokens", max_num_batched_tokens),
+        ("--max-num-seqs", max_num_seqs),
     ):
         _positive(flag, value)
     if (prompt_tokens is None) != (output_tokens is None):
@@ -324,10 +345,52 @@ def capacity(
         changes["pool_bytes"] = _gib_to_bytes("--kv-cache-gib", kv_cache_gib)
     if kv_cache_tokens is not None:
         changes["pool_tokens"] = kv_cache_tokens
+    if vllm_version is not None:
+        changes["vllm_version"] = vllm_version
+    if quantization is not None:
+        changes["quantization"] = quantization
     dep = replace(dep, **changes)
+
+    # The memory profile predicted from config.json replaces the flat overhead unless the user
+    # gave the overhead or measured pool themselves.
+    from kvwatch.commands import capacity_memory  # local: --help stays light
+
+    profile = None
+    if dep.gpu_memory_bytes is not None and overhead_gib is None and not pools:
+        profile = capacity_memory.predict(
+            model,
+            capacity_memory.MemoryInputs(
+                gpu_memory_bytes=dep.gpu_memory_bytes,
+                utilization=dep.gpu_memory_utilization,
+                tp=dep.tp,
+                pp=dep.pp,
+                max_model_len=dep.max_model_len or arch.max_position_embeddings,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                vllm_version=dep.vllm_version,
+                enforce_eager=enforce_eager,
+                quantization=quantization,
+                dtype=dtype,
+                weights_bytes=dep.weights_bytes,
+            ),
+        )
+        dep = replace(
+            dep,
+            pool_bytes=max(0, profile.kv_memory_bytes),
+            weights_bytes=profile.weights_bytes,
+            overhead_bytes=profile.non_kv_bytes - profile.weights_bytes,
+            max_num_batched_tokens=profile.max_num_batched_tokens,
+        )
 
     est = estimate(arch, dep)
     doc = capacity_document(arch, dep, est, levers(arch, dep))
+    doc["memory"] = capacity_memory.measured_memory(doc_log) if doc_log is not None else None
+    doc["start"] = None
+    if profile is not None:
+        doc["pool"]["source"] = "memory_profile"
+        doc["memory"] = capacity_memory.memory_block(profile)
+        verdict = capacity_memory.start_of(profile, est, arch.max_position_embeddings)
+        doc["start"] = verdict.as_dict() if verdict else None
     if doc_log is not None:
         doc["observed"] = check_against_log(doc_log, arch, dep)
     if output_format is Format.json:
