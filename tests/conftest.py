@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import EVENT_CEILING_SECONDS, Kvwatch
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -48,3 +51,19 @@ def require_binary(name: str) -> str:
 def fixtures_dir() -> Path:
     """tests/fixtures."""
     return FIXTURES
+
+
+@pytest.fixture
+def kvwatch(tmp_path: Path) -> Iterator[Callable[..., Kvwatch]]:
+    started: list[Kvwatch] = []
+
+    def start(*args: str) -> Kvwatch:
+        k = Kvwatch(list(args), tmp_path)
+        started.append(k)
+        return k
+
+    yield start
+    for k in started:
+        if k.proc.poll() is None:
+            k.proc.kill()
+            k.proc.wait(EVENT_CEILING_SECONDS)

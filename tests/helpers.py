@@ -7,10 +7,14 @@ raced a fixed deadline failed there while the code was right.
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -53,3 +57,35 @@ def value(port: int, name: str, **labels: str) -> float | None:
         return read_metrics(port).get((name, tuple(sorted(labels.items()))))
     except OSError:
         return None
+
+
+KVWATCH = [sys.executable, "-m", "kvwatch"]
+
+
+class Kvwatch:
+    """A ``kvwatch watch`` child process with its stderr captured to a file."""
+
+    def __init__(self, args: list[str], tmp: Path) -> None:
+        self.port = free_port()
+        self.err_path = tmp / f"kvwatch-{self.port}.err"
+        self.out_path = tmp / f"kvwatch-{self.port}.out"
+        with self.out_path.open("w") as out, self.err_path.open("w") as err:
+            self.proc = subprocess.Popen(
+                [*KVWATCH, "watch", "--listen", f"127.0.0.1:{self.port}", *args], stdout=out, stderr=err
+            )
+        wait_for(lambda: value(self.port, "kvwatch_build_info", version=_version()) == 1, what="kvwatch to serve")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(EVENT_CEILING_SECONDS)  # shutdown is the event; a loaded machine is slow
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+
+def _version() -> str:
+    from kvwatch import __version__
+
+    return __version__

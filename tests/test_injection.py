@@ -12,6 +12,7 @@ real record, header and all, still counts: that is a transport artefact, not an 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import urllib.request
@@ -23,6 +24,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvwatch.export import exposition
 from kvwatch.export.collector import StateCollector
 from kvwatch.parse import logpatterns as P
 from kvwatch.parse.log import LogParser, parse_line
@@ -39,9 +41,7 @@ from kvwatch.records import (
     StatsRecord,
 )
 from kvwatch.sources.replay import line_seconds
-from tests.test_watch import Kvwatch, kvwatch, value, wait_for
-
-__all__ = ["kvwatch"]  # the fixture, imported for the watch --replay test
+from tests.helpers import Kvwatch, value, wait_for
 
 SEED_LOG = Path(__file__).parent / "fixtures" / "vllm-cpu-seed" / "server.log"
 TS = "11-29 14:45:00"
@@ -396,7 +396,7 @@ def _exposition(lines: list[str]) -> bytes:
     for record in parser.finish():
         state.on_log_record(record, now)
     registry = CollectorRegistry()
-    registry.register(StateCollector(state.samples, clock=lambda: now))
+    registry.register(StateCollector(functools.partial(exposition.samples, state), clock=lambda: now))
     return generate_latest(registry)
 
 
@@ -574,7 +574,7 @@ def test_the_sidecar_labels_no_series_with_a_model_name_no_model_has() -> None:
         for record in stats:
             state.on_log_record(record, 2.0)
         registry = CollectorRegistry()
-        registry.register(StateCollector(state.samples, clock=lambda: 2.0))
+        registry.register(StateCollector(functools.partial(exposition.samples, state), clock=lambda: 2.0))
         text = generate_latest(registry).decode()
         assert label in text
         assert "evil" not in text

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -19,57 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import EVENT_CEILING_SECONDS, free_port, value, wait_for
+from tests.helpers import EVENT_CEILING_SECONDS, Kvwatch, free_port, value, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = FIXTURES / "vllm-cpu-seed"
 KVWATCH = [sys.executable, "-m", "kvwatch"]
 CANARY = "CANARY-7f3a9c-do-not-leak"
-
-
-class Kvwatch:
-    """A ``kvwatch watch`` child process with its stderr captured to a file."""
-
-    def __init__(self, args: list[str], tmp: Path) -> None:
-        self.port = free_port()
-        self.err_path = tmp / f"kvwatch-{self.port}.err"
-        self.out_path = tmp / f"kvwatch-{self.port}.out"
-        with self.out_path.open("w") as out, self.err_path.open("w") as err:
-            self.proc = subprocess.Popen(
-                [*KVWATCH, "watch", "--listen", f"127.0.0.1:{self.port}", *args], stdout=out, stderr=err
-            )
-        wait_for(lambda: value(self.port, "kvwatch_build_info", version=_version()) == 1, what="kvwatch to serve")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(EVENT_CEILING_SECONDS)  # shutdown is the event; a loaded machine is slow
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-
-def _version() -> str:
-    from kvwatch import __version__
-
-    return __version__
-
-
-@pytest.fixture
-def kvwatch(tmp_path: Path) -> Iterator[Callable[..., Kvwatch]]:
-    started: list[Kvwatch] = []
-
-    def start(*args: str) -> Kvwatch:
-        k = Kvwatch(list(args), tmp_path)
-        started.append(k)
-        return k
-
-    yield start
-    for k in started:
-        if k.proc.poll() is None:
-            k.proc.kill()
-            k.proc.wait(EVENT_CEILING_SECONDS)
 
 
 class FakeVllm:
