@@ -192,10 +192,10 @@ def test_the_pure_python_scanner_gives_the_same_documents(
 def test_the_scanners_find_the_same_lines_in_every_real_log(monkeypatch: pytest.MonkeyPatch) -> None:
     for src in REAL_LOGS:
         data = src.read_bytes()
-        for lo, hi in ((0, len(data)), (0, len(data) // 2), (len(data) // 3, len(data))):
+        for a, b in ((0, len(data)), (0, len(data) // 2), (len(data) // 3, len(data))):
             # Whole lines: from a line start to just after a newline (or the end).
-            lo = data.rfind(b"\n", 0, lo) + 1
-            cut = data.find(b"\n", hi)
+            lo = data.rfind(b"\n", 0, a) + 1
+            cut = data.find(b"\n", b)
             hi = len(data) if cut == -1 else cut + 1
             monkeypatch.delenv(scanner.ENV_VAR, raising=False)
             best = scanner.line_spans(data, lo, hi)
