@@ -26,6 +26,27 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """``kvwatch --version``: the version and which log scanner this install runs (see
+    kvwatch.sources.scanner: the compiled one, or the pure-Python fallback)."""
+    if not value:
+        return
+    from kvwatch import __version__
+    from kvwatch.sources import scanner
+
+    print(f"kvwatch {__version__} (log scanner: {scanner.name()})")
+    raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and the log scanner."
+    ),
+) -> None:
+    pass
+
+
 def _register_all() -> None:
     if app.registered_commands:
         return

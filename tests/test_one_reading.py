@@ -144,7 +144,7 @@ def concatenated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[t
 def _shifted(rec: LogRecord, shift: int) -> LogRecord:
     if isinstance(rec, StatsRecord):  # a NamedTuple; the other records are frozen dataclasses
         return rec._replace(line=rec.line - shift)
-    return dataclasses.replace(rec, line=rec.line - shift)  # type: ignore[type-var]
+    return dataclasses.replace(rec, line=rec.line - shift)
 
 
 def _counted(records: list[LogRecord], lo: int, hi: int, shift: int) -> list[LogRecord]:
