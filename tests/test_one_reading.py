@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import itertools
 import random
 import sys
 from pathlib import Path
@@ -203,3 +204,28 @@ def test_the_scanners_find_the_same_lines_in_every_real_log(monkeypatch: pytest.
             assert scanner.line_spans(data, lo, hi) == best, src.name
             if (lo, hi) == (0, len(data)):
                 assert best, src.name  # every real log has a candidate line
+
+
+def test_many_inputs_shared_by_the_workers_give_the_serial_document(
+    concatenated: tuple[Path, list[tuple[Path, int]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod logs of uneven sizes (one empty, one .gz) cut into byte ranges that two workers share."""
+    path, starts = concatenated
+    lines = path.read_bytes().splitlines(keepends=True)
+    cuts = [0, *sorted({line for _, line in starts[1::17]}), len(lines)]
+    pods: list[str] = []
+    for k, (a, b) in enumerate(itertools.pairwise(cuts)):
+        pod = tmp_path / f"pod-{k}.log"
+        data = b"".join(lines[a:b])
+        if k == 2:
+            pod = pod.with_suffix(".log.gz")
+            data = gzip.compress(data)
+        pod.write_bytes(data)
+        pods.append(str(pod))
+    (tmp_path / "empty.log").write_bytes(b"")
+    pods.insert(1, str(tmp_path / "empty.log"))
+    serial = _document(pods, jobs=1)
+    _small_pieces(monkeypatch, 32 << 10)
+    assert _document(pods, jobs=2) == serial
+    assert serial["stats"]["count"] > 100
+    assert [i["lines"] for i in serial["inputs"]][1] == 0

@@ -327,12 +327,48 @@ def _open(path: str) -> BinaryIO:
 
 def _ranges(path: str, size: int) -> list[Range]:
     """Chunk-sized byte ranges of a plain file: memory is bounded by the ranges in flight."""
-    n = max(1, -(-size // CHUNK_BYTES))
+    if size <= 0:
+        return []
+    n = -(-size // CHUNK_BYTES)
     step = -(-size // n)
-    return [(path, s, min(size, s + step)) for s in range(0, max(size, 1), step)]
+    return [(path, s, min(size, s + step)) for s in range(0, size, step)]
 
 
-def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
+class _SharedRanges:
+    """The byte ranges of several plain files, scanned by one pool of workers in input order.
+
+    Work is balanced by bytes, not by files: every file is cut into chunk-sized ranges and the
+    workers take the next range of the next file as they free up (eight pod logs of 50 MB keep two
+    workers as busy as one 400 MB log). At most two ranges per worker are in flight.
+    """
+
+    def __init__(self, pool: Any, work: list[tuple[int, Range]], jobs: int) -> None:
+        self._pool = pool
+        self._work = iter(work)
+        self._limit = 2 * jobs
+        self._in_flight: deque[tuple[int, Any]] = deque()
+        self._fill()
+
+    def _fill(self) -> None:
+        while len(self._in_flight) < self._limit:
+            nxt = next(self._work, None)
+            if nxt is None:
+                return
+            idx, rng = nxt
+            self._in_flight.append((idx, self._pool.apply_async(_scan_range, (rng,))))
+
+    def scans(self, idx: int) -> Iterator[ChunkScan]:
+        """The scans of input ``idx``, in order (those of inputs before it are dropped unread)."""
+        while self._in_flight and self._in_flight[0][0] < idx:
+            self._in_flight.popleft()
+            self._fill()
+        while self._in_flight and self._in_flight[0][0] == idx:
+            _, result = self._in_flight.popleft()
+            self._fill()
+            yield result.get()
+
+
+def _scans(path: str, jobs: int, pool: Any = None) -> Iterator[ChunkScan]:
     is_plain = path != "-" and os.path.isfile(path)
     size = os.path.getsize(path) if is_plain else 0
     # Byte ranges need the bytes on disk to be the log's bytes.
@@ -346,6 +382,9 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
             # Decompression (zlib releases the GIL) runs in a reader thread while this one scans;
             # with workers, they scan the decompressed pieces while this process inflates.
             pieces = read_ahead(_pieces(fh))
+            if pool is not None:
+                yield from _in_order(pool, _scan_piece, pieces, jobs)
+                return
             if jobs > 1 and size >= PARALLEL_MIN_BYTES // 8:  # about PARALLEL_MIN_BYTES of text
                 yield from _pooled_piece_scans(pieces, jobs)
                 return
@@ -415,24 +454,25 @@ class LogInput:
         self.progress = progress
         self.lines = 0
         self.bytes = 0
-        self._read: tuple[int, int, list[LogRecord]] | None = None  # read ahead by a worker
+        # Set by iter_logs: the workers shared by all inputs, and this input's place among them.
+        self._shared: tuple[_SharedRanges | None, Any, int] | None = None
 
     def is_small_file(self) -> bool:
-        """A plain file small enough to read whole in one worker (many pods' logs in parallel)."""
+        """A plain file below the size where one input alone is worth worker processes."""
         return self.path != "-" and os.path.isfile(self.path) and os.path.getsize(self.path) < PARALLEL_MIN_BYTES
+
+    def _chunk_scans(self) -> Iterator[ChunkScan]:
+        if self._shared is None:
+            return _scans(self.path, self.jobs)
+        ranges, pool, idx = self._shared
+        if ranges is not None and _is_plain_file(self.path):
+            return ranges.scans(idx)
+        return _scans(self.path, self.jobs, pool)  # a .gz or stdin: pieces for the same workers
 
     def batches(self) -> Iterator[list[LogRecord]]:
         """Records chunk by chunk (the memory held is one chunk's, whatever the input size)."""
-        if self._read is not None:
-            self.lines, self.bytes, records = self._read
-            self._read = None
-            if self.progress is not None:
-                self.progress(self.bytes)
-            if records:
-                yield records
-            return
         parser = LogParser()
-        for scan in _scans(self.path, self.jobs):
+        for scan in self._chunk_scans():
             batch = parser.feed_chunk(scan.candidates, self.lines)
             self.lines += scan.lines
             self.bytes += scan.nbytes
@@ -466,38 +506,31 @@ def open_logs(
     return [LogInput(path, jobs=n, progress=progress) for path in paths]
 
 
-def _read_whole(path: str) -> tuple[int, int, list[LogRecord]]:
-    """Worker: one small input read whole."""
-    log = LogInput(path)
-    records = [r for batch in log.batches() for r in batch]
-    return log.lines, log.bytes, records
+def _is_plain_file(path: str) -> bool:
+    """A regular file whose bytes on disk are the log's (byte ranges can be cut in it)."""
+    return path != "-" and os.path.isfile(path) and _storage(path) == "plain"
 
 
 def iter_logs(
     paths: list[str], *, jobs: int | None = None, progress: Callable[[int], None] | None = None
 ) -> Iterator[LogInput]:
-    """``open_logs``, in input order, with small files read ahead in parallel by worker processes.
+    """``open_logs``, in input order, with every input's bytes scanned by one pool of workers.
 
-    One log per pod is the common postmortem: each small file goes whole to a worker (at most
-    two per worker in flight); a large file is split into byte ranges by ``LogInput`` itself.
+    One log per pod is the common postmortem: all plain files are cut into byte ranges that the
+    workers take in input order (balanced by size, see _SharedRanges) while the caller folds the
+    records of the input before; a .gz or stdin sends its decompressed pieces to the same workers.
+    Workers start only where there is enough to share: two inputs, or one large one.
     """
     logs = open_logs(paths, jobs=jobs, progress=progress)
     n = logs[0].jobs if logs else 1
-    small = [log for log in logs if log.is_small_file()]
-    if n < 2 or len(small) < 2:
+    plain = [_is_plain_file(log.path) for log in logs]
+    sizes = [os.path.getsize(log.path) if is_plain else 0 for log, is_plain in zip(logs, plain, strict=True)]
+    if n < 2 or (len(logs) < 2 and sum(sizes) < PARALLEL_MIN_BYTES):
         yield from logs
         return
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    with ctx.Pool(n) as pool:
-        todo = iter(small)
-        in_flight = deque((log, pool.apply_async(_read_whole, (log.path,))) for log in islice(todo, 2 * n))
-        for log in logs:
-            if in_flight and in_flight[0][0] is log:
-                _, result = in_flight.popleft()
-                log._read = result.get()
-                nxt = next(todo, None)
-                if nxt is not None:
-                    in_flight.append((nxt, pool.apply_async(_read_whole, (nxt.path,))))
+    with _pool(n) as pool:
+        work = [(i, r) for i, log in enumerate(logs) if plain[i] for r in _ranges(log.path, sizes[i])]
+        ranges = _SharedRanges(pool, work, n) if work else None
+        for i, log in enumerate(logs):
+            log._shared = (ranges, pool, i)
             yield log
