@@ -289,17 +289,9 @@ print(sorted(m for m in sys.modules if m.startswith("kvwatch.commands.")))
     ("argv", "expected"),
     [
         (["analyze", "--format", "json", str(SEED_LOG)], ["kvwatch.commands.analyze"]),
-        (
-            ["--help"],
-            [
-                "kvwatch.commands.analyze",
-                "kvwatch.commands.capacity",
-                "kvwatch.commands.snapshot",
-                "kvwatch.commands.watch",
-            ],
-        ),
+        (["--help"], []),  # the command list from the modules' docstrings, none imported
     ],
-    ids=["analyze-alone", "help-lists-every-command"],
+    ids=["analyze-alone", "help-lists-every-command-importing-none"],
 )
 def test_analyze_starts_without_the_other_commands_modules(argv: list[str], expected: list[str]) -> None:
     out = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, check=True)
