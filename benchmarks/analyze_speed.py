@@ -12,6 +12,10 @@ and prints the ratios the acceptance names (kvwatch / grep on the same file, .gz
 one file) and the peak RSS (largest process, workers included) on 2 M vs 20 M lines.
 
     .venv/bin/python benchmarks/analyze_speed.py [--dir /tmp/kvwatch-bench] [--runs 3] [--jobs N]
+        [--no-rss] [--no-real-mix] [--baseline-src DIR]
+
+``--baseline-src DIR`` also times an older kvwatch (a directory holding its ``kvwatch/`` package,
+e.g. ``git archive REV kvwatch | tar -x -C DIR``) on the plain log, in the same loop.
 """
 
 from __future__ import annotations
@@ -43,11 +47,11 @@ _RSS_WRAPPER = (
 )
 
 
-def _timed(cmd: list[str]) -> float:
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when its output is
     # /dev/null, which would time nothing.
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
+    subprocess.run(cmd, stdout=subprocess.PIPE, check=True, env=env)
     return time.perf_counter() - t0
 
 
@@ -111,6 +115,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=None, help="pass --jobs to kvwatch analyze")
     ap.add_argument("--no-rss", action="store_true", help="skip the 2 M vs 20 M lines peak-RSS runs")
+    ap.add_argument("--no-real-mix", action="store_true", help="skip the real-mix log (minutes per run)")
+    ap.add_argument("--baseline-src", default=None, help="an older kvwatch source tree to time beside")
     args = ap.parse_args()
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -118,18 +124,24 @@ def main() -> int:
     analyze = [*KVWATCH, "analyze", "--format", "json"]
     if args.jobs:
         analyze += ["--jobs", str(args.jobs)]
-    t: dict[str, list[float]] = {k: [] for k in ("grep", "grep_mix", "plain", "real_mix", "gz", "pods")}
+    base_env = {**os.environ, "PYTHONPATH": args.baseline_src} if args.baseline_src else None
+    base_analyze = [sys.executable, "-m", "kvwatch", *analyze[1:]]
+    t: dict[str, list[float]] = {k: [] for k in ("grep", "grep_mix", "plain", "real_mix", "gz", "pods", "baseline")}
     for _ in range(args.runs):  # interleaved, so all see the same machine load
         t["grep"].append(_timed(["grep", "-c", "KV cache usage", *logs["plain"]]))
         t["plain"].append(_timed([*analyze, *logs["plain"]]))
-        t["grep_mix"].append(_timed(["grep", "-c", "KV cache usage", *logs["real_mix"]]))
-        t["real_mix"].append(_timed([*analyze, *logs["real_mix"]]))
+        if base_env:
+            t["baseline"].append(_timed([*base_analyze, *logs["plain"]], base_env))
+        if not args.no_real_mix:
+            t["grep_mix"].append(_timed(["grep", "-c", "KV cache usage", *logs["real_mix"]]))
+            t["real_mix"].append(_timed([*analyze, *logs["real_mix"]]))
         t["gz"].append(_timed([*analyze, *logs["gz"]]))
         t["pods"].append(_timed([*analyze, *logs["pods"]]))
-    m = {k: statistics.median(v) for k, v in t.items()}
+    m = {k: statistics.median(v) for k, v in t.items() if v}
+    nan = float("nan")
     ratios = {
         "plain": m["plain"] / m["grep"],
-        "real_mix": m["real_mix"] / m["grep_mix"],
+        "real_mix": m["real_mix"] / m["grep_mix"] if "real_mix" in m else nan,
         "gz_vs_plain": m["gz"] / m["plain"],
         "pods_vs_plain": m["pods"] / m["plain"],
     }
@@ -156,8 +168,13 @@ def main() -> int:
     print(f"{scanner}; median of {args.runs} runs; load average {os.getloadavg()[0]:.1f} on {result['cpus']} CPUs")
     print(f"grep -c 'KV cache usage', 2 M-line log   {m['grep']:7.3f} s")
     print(f"kvwatch analyze, same log               {m['plain']:7.3f} s  {ratios['plain']:5.2f}x grep (<= 3.0)")
-    print(f"grep, real-mix 2 M-line log             {m['grep_mix']:7.3f} s")
-    print(f"kvwatch analyze, real mix               {m['real_mix']:7.3f} s  {ratios['real_mix']:5.2f}x grep (<= 5.0)")
+    if "baseline" in m:
+        base = m["baseline"]
+        print(f"baseline tree, same log                 {base:7.3f} s  {base / m['grep']:5.2f}x grep")
+    if "real_mix" in m:
+        print(f"grep, real-mix 2 M-line log             {m['grep_mix']:7.3f} s")
+        mix = ratios["real_mix"]
+        print(f"kvwatch analyze, real mix               {m['real_mix']:7.3f} s  {mix:5.2f}x grep (<= 5.0)")
     print(f"kvwatch analyze, .gz of the 2 M log     {m['gz']:7.3f} s  {ratios['gz_vs_plain']:5.2f}x plain (<= 1.5)")
     print(
         f"kvwatch analyze, 8 pods x 250k lines    {m['pods']:7.3f} s  {ratios['pods_vs_plain']:5.2f}x one file (<= 1.2)"
