@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from kvwatch.errors import UsageError
 from kvwatch.parse.log import SHUTDOWN_NEAR_LINES, LogParser
 from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.records import ErrorRecord, LogRecord, RunStartRecord, StatsRecord
@@ -229,3 +230,28 @@ def test_many_inputs_shared_by_the_workers_give_the_serial_document(
     assert _document(pods, jobs=2) == serial
     assert serial["stats"]["count"] > 100
     assert [i["lines"] for i in serial["inputs"]][1] == 0
+
+
+@pytest.mark.parametrize("jobs", [1, 2], ids=["reader-thread", "reader-thread-and-workers"])
+def test_a_gz_inflated_while_scanned_gives_the_plain_document(
+    concatenated: tuple[Path, list[tuple[Path, int]]], tmp_path: Path, jobs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = concatenated
+    plain = _document([str(path)], jobs=1)
+    gz = tmp_path / "all-real.log.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes(), compresslevel=1))
+    _small_pieces(monkeypatch, 128 << 10)  # many pieces in flight between the thread and the workers
+    assert _document([str(gz)], jobs=jobs) == plain
+
+
+@pytest.mark.parametrize("jobs", [1, 2], ids=["reader-thread", "reader-thread-and-workers"])
+def test_a_truncated_gz_is_a_one_line_usage_error_whoever_inflates_it(
+    concatenated: tuple[Path, list[tuple[Path, int]]], tmp_path: Path, jobs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = concatenated
+    gz = tmp_path / "cut.log.gz"
+    whole = gzip.compress(path.read_bytes(), compresslevel=1)
+    gz.write_bytes(whole[: len(whole) // 2])
+    _small_pieces(monkeypatch, 16 << 10)
+    with pytest.raises(UsageError, match="damaged or truncated gzip"):
+        _document([str(gz)], jobs=jobs)
