@@ -15,9 +15,11 @@ whole lines, and only *candidate* physical lines are decoded and parsed:
   few lines (an 80-column terminal cuts one into up to five).
 
 Candidates go through the one ``LogParser`` in order, with their true line numbers. A large plain
-file is cut into chunk-sized byte ranges scanned (and parsed) by worker processes; results come
-back in file order, so the outcome is the same as a serial read (tests compare them). Memory is
-bounded by the chunk size times the ranges in flight, never by the input size.
+file, or many files, are cut into chunk-sized byte ranges scanned (and parsed) by one pool of
+worker processes; a .gz is inflated by a reader thread (zlib releases the GIL) while the pieces
+before are scanned, by the workers when it is large. Results come back in input order, so the
+outcome is the same as a serial read (tests compare them). Memory is bounded by the chunk size
+times the ranges in flight, never by the input size.
 """
 
 from __future__ import annotations
