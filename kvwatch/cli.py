@@ -30,6 +30,27 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """``kvwatch --version``: the version and which log scanner this install runs (see
+    kvwatch.sources.scanner: the compiled one, or the pure-Python fallback)."""
+    if not value:
+        return
+    from kvwatch import __version__
+    from kvwatch.sources import scanner
+
+    print(f"kvwatch {__version__} (log scanner: {scanner.name()})")
+    raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and the log scanner."
+    ),
+) -> None:
+    pass
+
+
 def _register_all() -> None:
     if app.registered_commands:
         return
@@ -43,15 +64,58 @@ def _register_all() -> None:
     app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(watch.run)
 
 
-def _analyze_only() -> typer.Typer:
-    """``kvwatch analyze`` alone: the watch and snapshot modules (pydantic, requests,
-    prometheus_client) cost 0.25 s of start-up, a fifth of analyzing a 400 MB log."""
-    from kvwatch.commands import analyze
+# Each command, by the module and function that implement it, so that `kvwatch CMD` imports only
+# CMD's module: importing all of them (watch's pydantic settings, snapshot's prometheus_client and
+# requests, capacity's catalogue) cost 0.2-0.3 s of every start-up. Every command of
+# _register_all has its row here (tests/test_cli_startup.py checks it).
+_LAZY: dict[str, tuple[str, str, dict[str, bool] | None]] = {
+    "analyze": ("analyze", "analyze", None),
+    "snapshot": ("snapshot", "snapshot", None),
+    "capacity": ("capacity", "capacity", None),
+    "fleet": ("capacity", "fleet", None),
+    "watch": ("watch", "watch", None),
+    "run": ("watch", "run", {"allow_extra_args": True, "ignore_unknown_options": True}),
+}
 
+
+def _single(name: str) -> typer.Typer:
+    """``kvwatch NAME`` with only NAME's module imported."""
+    module, attr, settings = _LAZY[name]
+    func = getattr(importlib.import_module(f"kvwatch.commands.{module}"), attr)
     single = typer.Typer(name="kvwatch", add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
     single.callback()(lambda: None)  # a group, as with every command: `kvwatch analyze PATH`
-    single.command("analyze")(analyze.analyze)
+    single.command(name, context_settings=settings)(func)
     return single
+
+
+def _analyze_only() -> typer.Typer:
+    """``kvwatch analyze`` alone (see _single)."""
+    return _single("analyze")
+
+
+def _summary(module: str, attr: str) -> str:
+    """The docstring of ``kvwatch.commands.<module>.<attr>``, read from its source without importing it."""
+    import ast
+
+    spec = importlib.util.find_spec(f"kvwatch.commands.{module}")
+    origin = spec.origin if spec is not None else None
+    if origin is None:
+        return ""
+    with open(origin, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == attr:
+            return ast.get_docstring(node) or ""
+    return ""
+
+
+def _overview() -> typer.Typer:
+    """``kvwatch --help`` (and ``--version``, no command): the command list as typer prints it, each
+    command's help from its docstring, no command module imported."""
+    if not app.registered_commands:  # the real commands, if _register_all ran, serve as well
+        for name, (module, attr, settings) in _LAZY.items():
+            app.command(name, help=_summary(module, attr), context_settings=settings)(lambda: None)
+    return app
 
 
 def _one_line_usage_error(exc: Exception) -> None:
@@ -96,8 +160,10 @@ def main(argv: list[str] | None = None) -> None:
     """
     args = sys.argv[1:] if argv is None else argv
     try:
-        if args[:1] == ["analyze"]:
-            _analyze_only()(args=args, prog_name="kvwatch")
+        if args[:1] and args[0] in _LAZY:
+            _single(args[0])(args=args, prog_name="kvwatch")
+        elif not args or args[0].startswith("-"):
+            _overview()(args=args, prog_name="kvwatch")
         else:
             _register_all()
             app(args=args, prog_name="kvwatch")

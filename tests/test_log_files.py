@@ -50,10 +50,13 @@ def big_log(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("full", [True, False], ids=["every-anchor", "primary-anchors-and-windows"])
-def test_candidate_scan_finds_what_every_line_finds(big_log: Path, full: bool) -> None:
+@pytest.mark.parametrize("scanner", ["best", "python"], ids=["compiled-scanner", "pure-python-scanner"])
+def test_candidate_scan_finds_what_every_line_finds(
+    big_log: Path, scanner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVWATCH_SCANNER", scanner)
     data = big_log.read_bytes()
-    scan = files.candidate_lines(data, full)
+    scan = files.candidate_lines(data)
     parser = LogParser()
     got = [r for rel, text, s in scan.candidates for r in parser.feed_scan(s, rel + 1, text)] + parser.finish()
     assert got == every_line(data)
@@ -61,9 +64,9 @@ def test_candidate_scan_finds_what_every_line_finds(big_log: Path, full: bool) -
     assert sum(isinstance(r, StatsRecord) for r in got) == 42
 
 
-def test_windowed_scan_keeps_the_first_half_of_a_hard_wrapped_record() -> None:
+def test_scan_keeps_the_first_half_of_a_hard_wrapped_record() -> None:
     data = WRAPPED.read_bytes()
-    scan = files.candidate_lines(data, full=False)
+    scan = files.candidate_lines(data)
     parser = LogParser()
     got = [r for rel, text, s in scan.candidates for r in parser.feed_scan(s, rel + 1, text)] + parser.finish()
     stats = [r for r in got if isinstance(r, StatsRecord)]
@@ -75,8 +78,10 @@ def test_windowed_scan_keeps_the_first_half_of_a_hard_wrapped_record() -> None:
 
 
 @pytest.mark.parametrize("width", [73, 76, 80, 100, 140])
-@pytest.mark.parametrize("full", [True, False], ids=["every-anchor", "primary-anchors-and-windows"])
-def test_records_a_narrow_terminal_cut_into_lines_read_as_whole(width: int, full: bool) -> None:
+@pytest.mark.parametrize("scanner", ["best", "python"], ids=["compiled-scanner", "pure-python-scanner"])
+def test_records_a_narrow_terminal_cut_into_lines_read_as_whole(
+    width: int, scanner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The seed log's stats records copied from a terminal of ``width`` columns: 73 and 76 cut
     inside "Avg prompt throughput:" (its prefixes are 72 characters), 80 into five lines."""
     out: list[str] = []
@@ -85,7 +90,8 @@ def test_records_a_narrow_terminal_cut_into_lines_read_as_whole(width: int, full
         out.extend(pieces)
         out.append(FILLER.format(n=len(out) % 254))
     data = ("\n".join(out) + "\n").encode()
-    scan = files.candidate_lines(data, full)
+    monkeypatch.setenv("KVWATCH_SCANNER", scanner)
+    scan = files.candidate_lines(data)
     parser = LogParser()
     got = [r for rel, text, s in scan.candidates for r in parser.feed_scan(s, rel + 1, text)] + parser.finish()
     whole = [r._replace(line=0) for r in every_line(SEED_LOG.read_bytes()) if isinstance(r, StatsRecord)]
@@ -94,20 +100,18 @@ def test_records_a_narrow_terminal_cut_into_lines_read_as_whole(width: int, full
 
 
 @pytest.mark.parametrize(
-    ("jobs", "full_scan_bytes"),
-    [(1, 64 << 20), (2, 64 << 20), (1, 0), (2, 0)],
-    ids=["serial-small-chunks", "two-workers-byte-ranges", "serial-windowed-middle", "two-workers-windowed-middle"],
+    ("jobs", "scanner"),
+    [(1, "best"), (2, "best"), (1, "python"), (2, "python")],
+    ids=["serial-small-chunks", "two-workers-byte-ranges", "serial-pure-python", "two-workers-pure-python"],
 )
 def test_chunks_and_byte_ranges_change_nothing(
-    big_log: Path, jobs: int, full_scan_bytes: int, monkeypatch: pytest.MonkeyPatch
+    big_log: Path, jobs: int, scanner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reference = every_line(big_log.read_bytes())
     # Tiny chunks and ranges put boundaries inside startup blocks and between wrapped halves.
-    # The windows stay smaller than a chunk, as in production (16 MiB chunks, 512 KiB windows).
+    monkeypatch.setenv("KVWATCH_SCANNER", scanner)
     monkeypatch.setattr(files, "CHUNK_BYTES", 200 << 10)
-    monkeypatch.setattr(files, "WINDOW_BYTES", 150 << 10)
     monkeypatch.setattr(files, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(files, "FULL_SCAN_BYTES", full_scan_bytes)
     records, lines = via_input(big_log, jobs)
     assert records == reference
     assert lines == big_log.read_bytes().count(b"\n")

@@ -987,19 +987,12 @@ LINE_KINDS: tuple[LineKind, ...] = (
 # EngineCore's own "fatal error" is never shutdown noise.
 ENGINE_DEAD_ON_STOP = "EngineDeadError"
 
-# The one literal the big middle of a large log is scanned for everywhere (a pass over the bytes
-# costs about as much as grep's whole job): every stats record has "KV cache usage", V0's prefix
-# hit and preemption records and the capacity errors say "cache". Startup lines (banner, args,
-# weights, blocks, memory ...) cluster around a startup line that says "cache" (config dump
-# kv_cache_dtype=, KV cache size, Available KV cache memory, profiling), and a crash (OOM,
-# EngineDeadError) ends the log or precedes a restart's startup: so PREFILTER_ANCHORS are looked
-# for in a window around those lines and in the first and last chunk of the input.
-PRIMARY_ANCHORS: tuple[bytes, ...] = (b"cache",)
-
 # Literals that together cover every row above (each row's anchor contains one of them), every
 # stats record (STATS_START), the V0 prefix-hit and preemption records, request markers and the
-# shutdown markers. Few and rare in request/access lines, because the fast scanner makes one pass
-# over the bytes per literal. Order: most frequent first (a line is kept on the first hit).
+# shutdown markers. Every byte of every input is searched for all of them (kvwatch.sources.scanner:
+# one compiled pass, or one bytes.find pass per literal without hyperscan); few and rare in
+# request/access lines, so few such lines are decoded. Order: most frequent first (the pure-Python
+# scanner keeps a line on the first hit).
 PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"throughput",  # stats records (incl. the first half of a hard-wrapped one), spec-decode records
     b"cache",  # KV cache size/usage/memory, kv_cache_dtype in dumps and args, prefix hit, preemption,

@@ -5,20 +5,21 @@ Reading every line of a multi-GB log in Python is far too slow, and most lines (
 "Received request ...") say nothing about the KV cache. So logs are read as large binary chunks of
 whole lines, and only *candidate* physical lines are decoded and parsed:
 
-* small inputs, and the first and last EDGE_BYTES of a large one (startup at the top, a crash at
-  the end), are searched for every literal of ``logpatterns.PREFILTER_ANCHORS`` (``bytes.find``,
-  one C-speed pass per literal, each about as costly as a grep of those bytes);
-* the big middle of a large log gets one pass for ``PRIMARY_ANCHORS`` ("cache": every stats
-  record, preemption and capacity error), and the other literals are looked for only in a window
-  of WINDOW_BYTES around startup lines (with the neighbouring chunk's bytes as context);
+* every byte of every input, whatever its size (a file, a .gz, stdin), is searched for every
+  literal of ``logpatterns.PREFILTER_ANCHORS`` by ``kvwatch.sources.scanner`` (one compiled
+  multi-pattern pass where hyperscan imports, one ``bytes.find`` pass per literal elsewhere). A
+  postmortem does not depend on the file's size: a crash or a restart far from any "cache" line
+  is read in a 10 GB log as in a 10 KB one;
 * a line whose KV usage has no record start before it brings the lines before (the first part of a
   hard-wrapped record), and a record that does not end in its last percentage brings the next
   few lines (an 80-column terminal cuts one into up to five).
 
 Candidates go through the one ``LogParser`` in order, with their true line numbers. A large plain
-file is cut into chunk-sized byte ranges scanned (and parsed) by worker processes; results come
-back in file order, so the outcome is the same as a serial read (tests compare them). Memory is
-bounded by the chunk size times the ranges in flight, never by the input size.
+file, or many files, are cut into chunk-sized byte ranges scanned (and parsed) by one pool of
+worker processes; a .gz is inflated by a reader thread (zlib releases the GIL) while the pieces
+before are scanned, by the workers when it is large. Results come back in input order, so the
+outcome is the same as a serial read (tests compare them). Memory is bounded by the chunk size
+times the ranges in flight, never by the input size.
 """
 
 from __future__ import annotations
@@ -34,15 +35,17 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
-from itertools import islice, pairwise
+from itertools import islice
 from multiprocessing.reduction import ForkingPickler
 from operator import attrgetter
 from typing import Any, BinaryIO, get_args
 
 from kvwatch.errors import UsageError
 from kvwatch.parse.log import MAX_WRAP_LINES, LineScan, LogParser, StatsRow, scan_line_compact
-from kvwatch.parse.logpatterns import PREFILTER_ANCHORS, PRIMARY_ANCHORS, REQUEST_MARKERS, STATS_START
+from kvwatch.parse.logpatterns import STATS_START
 from kvwatch.records import LogRecord, LogTime
+from kvwatch.sources.readahead import read_ahead
+from kvwatch.sources.scanner import find_lines, line_spans
 
 CHUNK_BYTES = 16 << 20  # one read; bytes.find passes are memory-bound, larger chunks gain nothing
 MAX_LINE_BYTES = 1 << 20  # a candidate line is cut here (a 10 MB tqdm line is not a vLLM record)
@@ -50,16 +53,6 @@ PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs mor
 
 _STATS = STATS_START.encode()
 _KV_USAGE = b"KV cache usage"
-_REQUEST = tuple(m.encode() for m in REQUEST_MARKERS)
-_NOT_STARTUP = (b"throughput", b"hit rate", b"preempted", b"EngineDead", *_REQUEST)
-WINDOW_BYTES = 512 << 10  # startup lines sit this close to a startup line that says "cache"
-FULL_SCAN_BYTES = 64 << 20  # inputs up to this size are scanned for every anchor everywhere
-# The first and the last EDGE_BYTES of a larger input are scanned for every anchor: the startup
-# block at the top and a crash at the end (about 10,000 lines each; a startup block or a crash's
-# tracebacks, even from 8 workers, are a few hundred KB). Each anchor pass costs about a grep over
-# the bytes: every anchor over two whole 16 MiB chunks cost more than the rest of a 400 MB log, and
-# 2 MiB edges cost 0.07 s of CPU on it. Startup blocks elsewhere are found by their windows.
-EDGE_BYTES = 2 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,81 +89,18 @@ for _cls in (*get_args(LogRecord), LogTime, LineScan, ChunkScan):
         ForkingPickler.register(_cls, _positional_reducer(_cls))
 
 
-def _find_lines(data: bytes, anchors: tuple[bytes, ...], spans: dict[int, int], lo: int, hi: int) -> None:
-    """Add the span of every line in ``data[lo:hi]`` holding one of ``anchors``."""
-    find, rfind = data.find, data.rfind
-    for anchor in anchors:
-        pos = find(anchor, lo, hi)
-        while pos != -1:
-            start = max(lo, rfind(b"\n", lo, pos) + 1)
-            end = find(b"\n", pos, hi)
-            if end == -1:
-                end = hi
-            spans[start] = end
-            pos = find(anchor, end, hi)
+# The pure-Python line finder, under its old name for callers of this module.
+_find_lines = find_lines
 
 
-def _is_seed(data: bytes, start: int, end: int) -> bool:
-    """Whether the line ``data[start:end]`` may be a startup line (none of _NOT_STARTUP in it)."""
-    if data.find(_NOT_STARTUP[0], start, end) != -1:
-        return False  # a stats record, nearly every PRIMARY_ANCHORS line of a big log: no slice
-    line = data[start:end]
-    return not any(m in line for m in _NOT_STARTUP[1:])
-
-
-def _seeds(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
-    """Startup lines among the PRIMARY_ANCHORS lines of ``data[lo:hi]``: where windows centre."""
-    hits: dict[int, int] = {}
-    _find_lines(data, PRIMARY_ANCHORS, hits, lo, hi)
-    return [(s, e) for s, e in sorted(hits.items()) if _is_seed(data, s, e)]
-
-
-def candidate_spans(
-    data: bytes,
-    full: bool,
-    lo: int = 0,
-    hi: int | None = None,
-    ctx_lo: int | None = None,
-    ctx_hi: int | None = None,
-    head: int = 0,
-    tail: int = 0,
-) -> dict[int, int]:
+def candidate_spans(data: bytes, full: bool = True, lo: int = 0, hi: int | None = None) -> dict[int, int]:
     """Start -> end of every candidate line in ``data[lo:hi]`` (complete lines).
 
-    ``data[ctx_lo:ctx_hi]`` (complete lines around ``[lo, hi)``) is context: a startup line there
-    opens a window that reaches into ``[lo, hi)``, so a startup block cut by a chunk boundary is
-    read on both sides. When not ``full``, the first ``head`` and the last ``tail`` bytes of
-    ``[lo, hi)`` are searched for every anchor too, as windows (the edges of the input).
+    Every line kind of the pattern table is searched in every byte. ``full`` is kept for callers
+    of the time when a large input's middle was searched for "cache" only; it changes nothing.
     """
     hi = len(data) if hi is None else hi
-    ctx_lo = lo if ctx_lo is None else ctx_lo
-    ctx_hi = hi if ctx_hi is None else ctx_hi
-    spans: dict[int, int] = {}
-    if full:
-        _find_lines(data, PREFILTER_ANCHORS, spans, lo, hi)
-    else:
-        _find_lines(data, PRIMARY_ANCHORS, spans, lo, hi)
-        seeds = _seeds(data, ctx_lo, lo) + [(s, e) for s, e in sorted(spans.items()) if _is_seed(data, s, e)]
-        if ctx_hi > hi:
-            seeds += _seeds(data, hi, ctx_hi)
-        wanted = [(max(lo, start - WINDOW_BYTES), min(hi, end + WINDOW_BYTES)) for start, end in seeds]
-        if head > 0:
-            wanted.append((lo, min(hi, lo + head)))
-        if tail > 0:
-            wanted.append((max(lo, hi - tail), hi))
-        windows: list[tuple[int, int]] = []
-        for w_lo, w_hi in sorted(wanted):
-            if w_lo >= w_hi:
-                continue
-            if windows and w_lo <= windows[-1][1]:
-                windows[-1] = (windows[-1][0], max(windows[-1][1], w_hi))
-            else:
-                windows.append((w_lo, w_hi))
-        for w_lo, w_hi in windows:
-            # Widen to whole lines so a line cut by the window edge is still found.
-            w_start = max(lo, data.rfind(b"\n", lo, w_lo) + 1)
-            w_end = data.find(b"\n", w_hi, hi)
-            _find_lines(data, PREFILTER_ANCHORS, spans, w_start, hi if w_end == -1 else w_end)
+    spans = line_spans(data, lo, hi)
     find, rfind, endswith = data.find, data.rfind, data.endswith
     for start, end in list(spans.items()):
         kv = find(_KV_USAGE, start, end)
@@ -208,22 +138,13 @@ def candidate_spans(
     return spans
 
 
-def candidate_lines(
-    data: bytes,
-    full: bool = True,
-    lo: int = 0,
-    hi: int | None = None,
-    ctx_lo: int | None = None,
-    ctx_hi: int | None = None,
-    head: int = 0,
-    tail: int = 0,
-) -> ChunkScan:
+def candidate_lines(data: bytes, full: bool = True, lo: int = 0, hi: int | None = None) -> ChunkScan:
     """Candidate lines of ``data[lo:hi]`` (complete lines; the last may lack its newline), parsed.
 
-    ``full``, ``ctx_lo``, ``ctx_hi``, ``head`` and ``tail`` as for ``candidate_spans``.
+    ``full`` as for ``candidate_spans`` (it changes nothing).
     """
     hi = len(data) if hi is None else hi
-    spans = candidate_spans(data, full, lo, hi, ctx_lo, ctx_hi, head, tail)
+    spans = candidate_spans(data, full, lo, hi)
     candidates: list[tuple[int, str, LineScan | StatsRow]] = []
     line = 0
     prev = lo
@@ -277,27 +198,28 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-Range = tuple[str, int, int, bool, int, int]  # path, start, end, full, head and tail edge bytes
+Range = tuple[str, int, int]  # path, start, end: the lines that start in [start, end) of a plain file
+RANGE_SLACK = 64 << 10  # read this far past a range's end for the line that crosses it
 
 
 def _scan_range(args: Range) -> ChunkScan:
     """Worker: scan the lines that start in ``[start, end)`` of a plain file.
 
-    It reads WINDOW_BYTES more on each side as context (see candidate_spans), so a startup block
-    cut by the range boundary is found from both ranges; each line is reported by one range only.
-    Its first ``head`` and last ``tail`` bytes (the input's edges) are searched for every anchor.
+    Each line is reported by exactly one range: the one it starts in. The line that crosses
+    ``end`` is read whole from beyond it.
     """
-    path, start, end, full, head, tail = args
+    path, start, end = args
     with paused_gc():
-        return _scan_range_lines(path, start, end, full, head, tail)
+        return _scan_range_lines(path, start, end)
 
 
-def _scan_range_lines(path: str, start: int, end: int, full: bool, head: int, tail: int) -> ChunkScan:
+def _scan_range_lines(path: str, start: int, end: int) -> ChunkScan:
     with open(path, "rb") as fh:
-        c0 = max(0, start - WINDOW_BYTES)
+        c0 = max(0, start - 1)  # one byte before: whether ``start`` begins a line
         fh.seek(c0)
-        buf = fh.read(end - c0 + WINDOW_BYTES)
-        at_eof = len(buf) < end - c0 + WINDOW_BYTES
+        want = end - c0 + RANGE_SLACK
+        buf = fh.read(want)
+        at_eof = len(buf) < want
         rel_start, rel_end = start - c0, min(end - c0, len(buf))
         # The lines that start in [start, end): one that starts before belongs to the range before.
         if start == 0 or buf[rel_start - 1 : rel_start] == b"\n":
@@ -313,12 +235,10 @@ def _scan_range_lines(path: str, start: int, end: int, full: bool, head: int, ta
         else:
             nl = buf.find(b"\n", rel_end)
             if nl == -1 and not at_eof:
-                buf += fh.readline()  # a line longer than the context crosses ``end`` (rare)
+                buf += fh.readline()  # a line longer than the slack crosses ``end`` (rare)
                 nl = buf.find(b"\n", rel_end)
             hi = len(buf) if nl == -1 else nl + 1
-        ctx_lo = 0 if c0 == 0 else min(lo, buf.find(b"\n") + 1)
-        ctx_hi = max(hi, buf.rfind(b"\n") + 1) if not at_eof else len(buf)
-    return candidate_lines(buf, full, lo, hi, ctx_lo, ctx_hi, head, tail)
+    return candidate_lines(buf, True, lo, hi)
 
 
 Piece = tuple[bytes, int, int]  # data, lo, hi: the complete lines data[lo:hi]
@@ -407,57 +327,73 @@ def _open(path: str) -> BinaryIO:
         raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and its permissions") from None
 
 
-def _ranges(path: str, size: int, full: bool) -> list[Range]:
-    # Chunk-sized ranges: memory is bounded by the ranges in flight, not by the file. The first
-    # and the last EDGE_BYTES are ranges of their own when the input is large: they are scanned
-    # for every anchor (startup at the top, a crash at the end), which costs as much as a whole
-    # chunk's scan, and small edge ranges keep the two workers evenly busy at the start and end.
-    edge = EDGE_BYTES if not full and size > 4 * EDGE_BYTES else 0
-    n = max(1, -(-(size - 2 * edge) // CHUNK_BYTES))
-    step = -(-(size - 2 * edge) // n)
-    bounds = ([0] if edge else []) + list(range(edge, size - edge, step)) + [size - edge] * bool(edge) + [size]
-    out: list[Range] = []
-    for s, e in pairwise(bounds):
-        out.append((path, s, e, full, max(0, EDGE_BYTES - s), max(0, EDGE_BYTES - (size - e))))
-    return out
+def _ranges(path: str, size: int) -> list[Range]:
+    """Chunk-sized byte ranges of a plain file: memory is bounded by the ranges in flight."""
+    if size <= 0:
+        return []
+    n = -(-size // CHUNK_BYTES)
+    step = -(-size // n)
+    return [(path, s, min(size, s + step)) for s in range(0, size, step)]
 
 
-def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
+class _SharedRanges:
+    """The byte ranges of several plain files, scanned by one pool of workers in input order.
+
+    Work is balanced by bytes, not by files: every file is cut into chunk-sized ranges and the
+    workers take the next range of the next file as they free up (eight pod logs of 50 MB keep two
+    workers as busy as one 400 MB log). At most two ranges per worker are in flight.
+    """
+
+    def __init__(self, pool: Any, work: list[tuple[int, Range]], jobs: int) -> None:
+        self._pool = pool
+        self._work = iter(work)
+        self._limit = 2 * jobs
+        self._in_flight: deque[tuple[int, Any]] = deque()
+        self._fill()
+
+    def _fill(self) -> None:
+        while len(self._in_flight) < self._limit:
+            nxt = next(self._work, None)
+            if nxt is None:
+                return
+            idx, rng = nxt
+            self._in_flight.append((idx, self._pool.apply_async(_scan_range, (rng,))))
+
+    def scans(self, idx: int) -> Iterator[ChunkScan]:
+        """The scans of input ``idx``, in order (those of inputs before it are dropped unread)."""
+        while self._in_flight and self._in_flight[0][0] < idx:
+            self._in_flight.popleft()
+            self._fill()
+        while self._in_flight and self._in_flight[0][0] == idx:
+            _, result = self._in_flight.popleft()
+            self._fill()
+            yield result.get()
+
+
+def _scans(path: str, jobs: int, pool: Any = None) -> Iterator[ChunkScan]:
     is_plain = path != "-" and os.path.isfile(path)
     size = os.path.getsize(path) if is_plain else 0
-    # Byte ranges and the size-based choices below need the bytes on disk to be the log's bytes.
-    as_on_disk = is_plain and _storage(path) == "plain"
-    if as_on_disk and jobs > 1 and size >= PARALLEL_MIN_BYTES:
+    # Byte ranges need the bytes on disk to be the log's bytes.
+    storage = _storage(path) if is_plain else "stream"
+    if storage == "plain" and jobs > 1 and size >= PARALLEL_MIN_BYTES:
         yield from _parallel_scans(path, size, jobs)
         return
     fh = _open(path)
     try:
-        # A piece is scanned once the next is read (the neighbours' facing WINDOW_BYTES are its
-        # context, see candidate_spans) and once EDGE_BYTES follow it or the input has ended:
-        # then it is known how much of it lies in the last EDGE_BYTES (usually one piece of delay).
-        held: deque[Piece] = deque()
-        held_bytes = 0  # bytes of the held pieces
-        offset = 0  # input offset of the oldest held piece
-        before = b""
-        small = as_on_disk and size <= FULL_SCAN_BYTES
-        for piece in _pieces(fh):
-            held.append(piece)
-            held_bytes += piece[2] - piece[1]
-            while len(held) > 1 and held_bytes - (held[0][2] - held[0][1]) >= EDGE_BYTES:
-                oldest = held.popleft()
-                held_bytes -= oldest[2] - oldest[1]
-                yield _scan_piece(oldest, small, before, _head(held[0]), max(0, EDGE_BYTES - offset), 0)
-                before = _tail(oldest)
-                offset += oldest[2] - oldest[1]
-        while held:  # the input has ended
-            oldest = held.popleft()
-            held_bytes -= oldest[2] - oldest[1]
-            after = _head(held[0]) if held else b""
-            yield _scan_piece(
-                oldest, small, before, after, max(0, EDGE_BYTES - offset), max(0, EDGE_BYTES - held_bytes)
-            )
-            before = _tail(oldest)
-            offset += oldest[2] - oldest[1]
+        if storage == "gzip":
+            # Decompression (zlib releases the GIL) runs in a reader thread while this one scans;
+            # with workers, they scan the decompressed pieces while this process inflates.
+            pieces = read_ahead(_pieces(fh))
+            if pool is not None:
+                yield from _in_order(pool, _scan_piece, pieces, jobs)
+                return
+            if jobs > 1 and size >= PARALLEL_MIN_BYTES // 8:  # about PARALLEL_MIN_BYTES of text
+                yield from _pooled_piece_scans(pieces, jobs)
+                return
+            yield from (candidate_lines(data, True, lo, hi) for data, lo, hi in pieces)
+            return
+        for data, lo, hi in _pieces(fh):
+            yield candidate_lines(data, True, lo, hi)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise UsageError(
             f"{path}: damaged or truncated gzip ({exc}); re-copy the file or gunzip what is readable"
@@ -469,58 +405,42 @@ def _scans(path: str, jobs: int) -> Iterator[ChunkScan]:
             fh.close()
 
 
-def _head(piece: Piece) -> bytes:
-    """The first WINDOW_BYTES of a piece, in whole lines."""
+def _scan_piece(piece: Piece) -> ChunkScan:
+    """Worker: the candidate lines of one piece of a stream."""
     data, lo, hi = piece
-    cut = data.find(b"\n", min(hi, lo + WINDOW_BYTES) - 1, hi)
-    return data[lo : hi if cut == -1 else cut + 1]
-
-
-def _tail(piece: Piece) -> bytes:
-    """The last WINDOW_BYTES of a piece, in whole lines."""
-    data, lo, hi = piece
-    cut = data.rfind(b"\n", lo, max(lo, hi - WINDOW_BYTES))
-    return data[lo if cut == -1 else cut + 1 : hi]
-
-
-def _scan_piece(piece: Piece, full: bool, before: bytes, after: bytes, head: int = 0, tail: int = 0) -> ChunkScan:
-    data, lo, hi = piece
-    # Every anchor everywhere for small inputs and small pieces, and in the piece's first ``head``
-    # and last ``tail`` bytes (the input's edges); the rest of a large log is scanned for
-    # PRIMARY_ANCHORS and windows (see candidate_spans).
-    if full or hi - lo < CHUNK_BYTES // 4:
+    with paused_gc():
         return candidate_lines(data, True, lo, hi)
-    if not (before and _seeds(before, 0, len(before))) and not (after and _seeds(after, 0, len(after))):
-        return candidate_lines(data, False, lo, hi, head=head, tail=tail)
-    # A neighbour holds a startup line whose window reaches here: scan with it as context.
-    buf = before + data[lo:hi] + after
-    return candidate_lines(buf, False, len(before), len(before) + hi - lo, 0, len(buf), head, tail)
 
 
-def _parallel_scans(path: str, size: int, jobs: int) -> Iterator[ChunkScan]:
-    """Byte ranges scanned by ``jobs`` worker processes, yielded in file order.
-
-    At most two ranges per worker are in flight, so a slow consumer never lets results pile up.
-    The last range goes second (its result waits): the end then has no slow range left for one
-    worker while the other idles.
-    """
+def _pool(jobs: int) -> Any:
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    all_ranges = _ranges(path, size, size <= FULL_SCAN_BYTES)
-    ranges = iter(all_ranges[:-1] if len(all_ranges) > 2 else all_ranges)
-    with ctx.Pool(jobs) as pool:
-        in_flight = deque(pool.apply_async(_scan_range, (r,)) for r in islice(ranges, 1))
-        last = pool.apply_async(_scan_range, (all_ranges[-1],)) if len(all_ranges) > 2 else None
-        in_flight.extend(pool.apply_async(_scan_range, (r,)) for r in islice(ranges, 2 * jobs - 2))
-        while in_flight:
-            result = in_flight.popleft().get()
-            nxt = next(ranges, None)
-            if nxt is not None:
-                in_flight.append(pool.apply_async(_scan_range, (nxt,)))
-            yield result
-        if last is not None:
-            yield last.get()
+    return ctx.Pool(jobs)
+
+
+def _in_order(pool: Any, func: Callable[[Any], ChunkScan], work: Iterator[Any], jobs: int) -> Iterator[ChunkScan]:
+    """``func`` over ``work`` in ``pool``, results in order, at most two items per worker in flight
+    (a slow consumer never lets results pile up)."""
+    in_flight = deque(pool.apply_async(func, (w,)) for w in islice(work, 2 * jobs))
+    while in_flight:
+        result = in_flight.popleft().get()
+        nxt = next(work, None)
+        if nxt is not None:
+            in_flight.append(pool.apply_async(func, (nxt,)))
+        yield result
+
+
+def _pooled_piece_scans(pieces: Iterator[Piece], jobs: int) -> Iterator[ChunkScan]:
+    """Pieces of a stream (decompressed here) scanned by ``jobs`` worker processes, in order."""
+    with _pool(jobs) as pool:
+        yield from _in_order(pool, _scan_piece, pieces, jobs)
+
+
+def _parallel_scans(path: str, size: int, jobs: int) -> Iterator[ChunkScan]:
+    """Byte ranges scanned by ``jobs`` worker processes, yielded in file order."""
+    with _pool(jobs) as pool:
+        yield from _in_order(pool, _scan_range, iter(_ranges(path, size)), jobs)
 
 
 class LogInput:
@@ -536,24 +456,25 @@ class LogInput:
         self.progress = progress
         self.lines = 0
         self.bytes = 0
-        self._read: tuple[int, int, list[LogRecord]] | None = None  # read ahead by a worker
+        # Set by iter_logs: the workers shared by all inputs, and this input's place among them.
+        self._shared: tuple[_SharedRanges | None, Any, int] | None = None
 
     def is_small_file(self) -> bool:
-        """A plain file small enough to read whole in one worker (many pods' logs in parallel)."""
+        """A plain file below the size where one input alone is worth worker processes."""
         return self.path != "-" and os.path.isfile(self.path) and os.path.getsize(self.path) < PARALLEL_MIN_BYTES
+
+    def _chunk_scans(self) -> Iterator[ChunkScan]:
+        if self._shared is None:
+            return _scans(self.path, self.jobs)
+        ranges, pool, idx = self._shared
+        if ranges is not None and _is_plain_file(self.path):
+            return ranges.scans(idx)
+        return _scans(self.path, self.jobs, pool)  # a .gz or stdin: pieces for the same workers
 
     def batches(self) -> Iterator[list[LogRecord]]:
         """Records chunk by chunk (the memory held is one chunk's, whatever the input size)."""
-        if self._read is not None:
-            self.lines, self.bytes, records = self._read
-            self._read = None
-            if self.progress is not None:
-                self.progress(self.bytes)
-            if records:
-                yield records
-            return
         parser = LogParser()
-        for scan in _scans(self.path, self.jobs):
+        for scan in self._chunk_scans():
             batch = parser.feed_chunk(scan.candidates, self.lines)
             self.lines += scan.lines
             self.bytes += scan.nbytes
@@ -587,38 +508,31 @@ def open_logs(
     return [LogInput(path, jobs=n, progress=progress) for path in paths]
 
 
-def _read_whole(path: str) -> tuple[int, int, list[LogRecord]]:
-    """Worker: one small input read whole."""
-    log = LogInput(path)
-    records = [r for batch in log.batches() for r in batch]
-    return log.lines, log.bytes, records
+def _is_plain_file(path: str) -> bool:
+    """A regular file whose bytes on disk are the log's (byte ranges can be cut in it)."""
+    return path != "-" and os.path.isfile(path) and _storage(path) == "plain"
 
 
 def iter_logs(
     paths: list[str], *, jobs: int | None = None, progress: Callable[[int], None] | None = None
 ) -> Iterator[LogInput]:
-    """``open_logs``, in input order, with small files read ahead in parallel by worker processes.
+    """``open_logs``, in input order, with every input's bytes scanned by one pool of workers.
 
-    One log per pod is the common postmortem: each small file goes whole to a worker (at most
-    two per worker in flight); a large file is split into byte ranges by ``LogInput`` itself.
+    One log per pod is the common postmortem: all plain files are cut into byte ranges that the
+    workers take in input order (balanced by size, see _SharedRanges) while the caller folds the
+    records of the input before; a .gz or stdin sends its decompressed pieces to the same workers.
+    Workers start only where there is enough to share: two inputs, or one large one.
     """
     logs = open_logs(paths, jobs=jobs, progress=progress)
     n = logs[0].jobs if logs else 1
-    small = [log for log in logs if log.is_small_file()]
-    if n < 2 or len(small) < 2:
+    plain = [_is_plain_file(log.path) for log in logs]
+    sizes = [os.path.getsize(log.path) if is_plain else 0 for log, is_plain in zip(logs, plain, strict=True)]
+    if n < 2 or (len(logs) < 2 and sum(sizes) < PARALLEL_MIN_BYTES):
         yield from logs
         return
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    with ctx.Pool(n) as pool:
-        todo = iter(small)
-        in_flight = deque((log, pool.apply_async(_read_whole, (log.path,))) for log in islice(todo, 2 * n))
-        for log in logs:
-            if in_flight and in_flight[0][0] is log:
-                _, result = in_flight.popleft()
-                log._read = result.get()
-                nxt = next(todo, None)
-                if nxt is not None:
-                    in_flight.append((nxt, pool.apply_async(_read_whole, (nxt.path,))))
+    with _pool(n) as pool:
+        work = [(i, r) for i, log in enumerate(logs) if plain[i] for r in _ranges(log.path, sizes[i])]
+        ranges = _SharedRanges(pool, work, n) if work else None
+        for i, log in enumerate(logs):
+            log._shared = (ranges, pool, i)
             yield log

@@ -1,0 +1,127 @@
+"""Candidate lines of a buffer: every line holding one literal of the pattern table, found in one pass.
+
+The reader decodes and parses only lines that hold one of ``logpatterns.PREFILTER_ANCHORS`` (every
+row of the pattern table contains one, a test checks that). Finding them is most of the byte work
+of ``kvwatch analyze``: one ``bytes.find`` pass per literal costs about a grep of the buffer each,
+so 28 literals cost 28 greps. A compiled multi-pattern engine does all of them in one pass:
+
+* ``hyperscan`` (Intel's regex engine, the one Suricata uses; PyPI wheels for Linux x86_64), where
+  it imports. One expression, ``(?:lit1|lit2|...)[^\\n]*\\n``, reports each candidate line once, at
+  its newline: Hyperscan reports a match of one expression at one end offset once, however many
+  literals the line holds (Hyperscan developer reference, "Matching": "each match is reported at
+  most once per end offset"), so the Python callback runs once per candidate line, not per hit.
+* the pure-Python fallback (``bytes.find`` per literal, the reader's original scanner) everywhere
+  else: the same lines, slower. ``KVWATCH_SCANNER=python`` forces it (tests compare the two).
+
+Both return the same spans for the same bytes, so the analyze document does not depend on which
+one ran; ``name()`` says which did (``kvwatch --version``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from typing import Any
+
+from kvwatch.parse.logpatterns import PREFILTER_ANCHORS
+
+ENV_VAR = "KVWATCH_SCANNER"  # "python" forces the pure-Python scanner; anything else: the best one
+
+Spans = dict[int, int]  # line start -> line end (the end excludes the newline)
+
+
+def find_lines(data: bytes, anchors: tuple[bytes, ...], spans: Spans, lo: int, hi: int) -> None:
+    """Pure Python: add the span of every line in ``data[lo:hi]`` holding one of ``anchors``.
+
+    One ``bytes.find`` pass per anchor (memchr-class C code each); a line already found by an
+    earlier anchor is skipped past at once, so a frequent anchor first keeps the passes short.
+    """
+    find, rfind = data.find, data.rfind
+    for anchor in anchors:
+        pos = find(anchor, lo, hi)
+        while pos != -1:
+            start = max(lo, rfind(b"\n", lo, pos) + 1)
+            end = find(b"\n", pos, hi)
+            if end == -1:
+                end = hi
+            spans[start] = end
+            pos = find(anchor, end, hi)
+
+
+class _Hyperscan:
+    """The anchors compiled into one Hyperscan block-mode database (compiled once per process)."""
+
+    def __init__(self, hyperscan: Any, anchors: tuple[bytes, ...]) -> None:
+        self.anchors = anchors
+        # re.escape: every literal byte as itself (Hyperscan reads PCRE syntax, where "\ " and
+        # "\." are the literal space and dot, as in Python's re).
+        alternatives = b"|".join(re.escape(a) for a in anchors)
+        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        self._db.compile(expressions=[b"(?:" + alternatives + b")[^\n]*\n"], ids=[0], flags=[0])
+        self.version = str(getattr(hyperscan, "__version__", "?"))
+
+    def find(self, data: bytes, spans: Spans, lo: int, hi: int) -> None:
+        """Add the span of every line in ``data[lo:hi]`` holding one of the anchors."""
+        if hi <= lo:
+            return
+        ends: list[int] = []
+        append = ends.append
+
+        def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            append(to)
+
+        # A memoryview: the 16 MiB chunk is scanned in place, not copied.
+        self._db.scan(memoryview(data)[lo:hi], match_event_handler=on_match)
+        rfind = data.rfind
+        for to in ends:
+            end = lo + to - 1  # the newline
+            spans[max(lo, rfind(b"\n", lo, end) + 1)] = end
+        # The expression needs the newline: a last line without one is checked here.
+        if data[hi - 1 : hi] != b"\n":
+            start = max(lo, rfind(b"\n", lo, hi) + 1)
+            line = data[start:hi]
+            if any(a in line for a in self.anchors):
+                spans[start] = hi
+
+
+@functools.cache
+def _compiled() -> _Hyperscan | None:
+    """The compiled scanner for PREFILTER_ANCHORS (once per process), or None if it cannot load."""
+    try:
+        import hyperscan
+    except ImportError:  # no wheel for this platform: the pure-Python scanner
+        return None
+    try:
+        return _Hyperscan(hyperscan, PREFILTER_ANCHORS)
+    except Exception:  # hyperscan.error (e.g. a CPU without SSSE3): the pure-Python scanner
+        return None
+
+
+def _engine() -> _Hyperscan | None:
+    """The scanner to use now: the compiled one unless KVWATCH_SCANNER=python forces it off."""
+    if os.environ.get(ENV_VAR, "").lower() == "python":
+        return None
+    return _compiled()
+
+
+def line_spans(data: bytes, lo: int = 0, hi: int | None = None) -> Spans:
+    """Start -> end of every line of ``data[lo:hi]`` that holds one of PREFILTER_ANCHORS.
+
+    ``data[lo:hi]`` is whole lines (the last may lack its newline). The same spans whichever
+    scanner runs.
+    """
+    hi = len(data) if hi is None else hi
+    spans: Spans = {}
+    engine = _engine()
+    if engine is not None:
+        engine.find(data, spans, lo, hi)
+    else:
+        find_lines(data, PREFILTER_ANCHORS, spans, lo, hi)
+    return spans
+
+
+def name() -> str:
+    """Which scanner reads logs in this process: ``hyperscan X.Y.Z`` or ``python``."""
+    engine = _engine()
+    return f"hyperscan {engine.version}" if engine is not None else "python"

@@ -1,0 +1,70 @@
+"""Start-up: each command imports only its own module; ``kvwatch --help`` imports none.
+
+Importing every command module (pydantic settings, prometheus_client, requests, the catalogue)
+cost 0.2-0.3 s of every start-up; the figures are in benchmarks/startup_speed.py, never timed here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvwatch import cli
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SCRAPE = FIXTURES / "real" / "metrics" / "106-v033-cache-config-info-curl.prom"
+
+_PROBE = """
+import contextlib, io, sys
+from kvwatch.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exc:
+        assert not exc.code, exc.code
+print(sorted(m for m in sys.modules if m.startswith("kvwatch.commands.")))
+"""
+
+_REGISTERED = """
+from kvwatch import cli
+cli._register_all()
+for c in cli.app.registered_commands:
+    print(c.name, c.callback.__module__, c.callback.__name__)
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--help"], []),
+        (["--version"], []),
+        (["capacity", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-gib", "5"], ["capacity"]),
+        (["fleet", "--help"], ["capacity"]),
+        (["snapshot", str(SCRAPE)], ["snapshot"]),
+        (["watch", "--help"], ["watch"]),
+    ],
+    ids=["help", "version", "capacity", "fleet", "snapshot-of-a-saved-file", "watch-help"],
+)
+def test_a_command_imports_only_its_own_module(argv: list[str], expected: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == repr([f"kvwatch.commands.{m}" for m in expected])
+
+
+def test_every_registered_command_has_its_lazy_row() -> None:
+    """A command added to _register_all but not to _LAZY would vanish from `kvwatch --help`."""
+    out = subprocess.run([sys.executable, "-c", _REGISTERED], capture_output=True, text=True, check=True)
+    registered = [line.split() for line in out.stdout.strip().splitlines()]
+    lazy = [[name, f"kvwatch.commands.{module}", attr] for name, (module, attr, _) in cli._LAZY.items()]
+    assert registered == lazy
+
+
+def test_the_overview_lists_each_command_with_its_docstring() -> None:
+    import importlib
+    import inspect
+
+    for module, attr, _ in cli._LAZY.values():
+        func = getattr(importlib.import_module(f"kvwatch.commands.{module}"), attr)
+        assert cli._summary(module, attr) == inspect.getdoc(func)  # what typer would show
