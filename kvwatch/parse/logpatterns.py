@@ -207,6 +207,11 @@ def _row(name: str, anchor: str, pattern: str, versions: str, why: str, **kw: ob
 
 _NUM = r"(\d[\d,]*)"  # integers, with V1's thousands separators (0.8+)
 _DEC = r"(\d+(?:\.\d+)?)"
+# Signed: vLLM prints the KV memory it computed before checking it, so a start that has nothing left
+# after weights and activations logs a negative figure ("Available KV cache memory: -2.14 GiB", "the
+# rest of the memory reserved for KV Cache is -1.05GiB") and then raises (V1 kv_cache_utils.py
+# _check_enough_kv_cache_memory, `available_memory <= 0`; V0 worker.py raise_if_cache_size_invalid).
+_SDEC = r"(-?\d+(?:\.\d+)?)"
 
 LINE_KINDS: tuple[LineKind, ...] = (
     # ---- §3.1 version --------------------------------------------------------------------------
@@ -342,7 +347,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "profile_v064",
         "kv_cache_size=",
-        r"Memory profiling results: .*?kv_cache_size=" + _DEC + r"GiB(?:.*?gpu_memory_utilization=" + _DEC + ")?",
+        r"Memory profiling results: .*?kv_cache_size=" + _SDEC + r"GiB(?:.*?gpu_memory_utilization=" + _DEC + ")?",
         "0.6.4 (V0, one line)",
         "KV memory and gpu_memory_utilization in 0.6.4's single profiling line",
         fields=("capacity.kv_cache_memory_gib", "config.gpu_memory_utilization"),
@@ -386,7 +391,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "profile_kv",
         "KV Cache is",
-        r"reserved for KV Cache is " + _DEC + r"\s*GiB",
+        r"reserved for KV Cache is " + _SDEC + r"\s*GiB",
         "0.6.5-0.10.2 (V0, three-line layout)",
         "the memory the KV pool was sized from",
         fields=("capacity.kv_cache_memory_gib",),
@@ -419,7 +424,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "available_kv",
         "Available KV cache memory",
-        r"Available KV cache memory: " + _DEC + r" ?GiB",
+        r"Available KV cache memory: " + _SDEC + r" ?GiB",
         "0.9.1-0.33 (V1)",
         "the memory the KV pool was sized from (one line per worker)",
         fields=("capacity.kv_cache_memory_gib",),
@@ -470,6 +475,75 @@ LINE_KINDS: tuple[LineKind, ...] = (
         "the gpu_memory_utilization in effect",
         fields=("config.gpu_memory_utilization",),
         phase=4,
+    ),
+    # ---- startup memory accounting: what the cause table checks (kvwatch.reconcile.causes) ----------
+    _row(
+        "profile_v064_initial",
+        "initial_memory_usage",
+        r"Memory profiling results: total_gpu_memory=" + _DEC + r"GiB initial_memory_usage=" + _DEC + r"GiB",
+        "0.6.4 (V0 worker.py determine_num_available_blocks: total - free memory before the profile run)",
+        "the device memory in use before profiling: this server's weights plus whatever other processes hold",
+        fields=("memory.total_gib", "memory.initial_usage_gib"),
+    ),
+    _row(
+        "profile_budget_total",
+        "gpu_memory_utilization",
+        r"total_gpu_memory \(" + _DEC + r"GiB\) x gpu_memory_utilization",
+        "0.6.5-0.10.2 (V0, three-line layout)",
+        "the device's total memory, which the utilisation and another process's share are judged against",
+        fields=("memory.total_gib",),
+    ),
+    _row(
+        "startup_free_memory",
+        "memory on device",
+        r"Free memory on device (?:\S+ )?\(" + _DEC + r"/" + _DEC + r" GiB\) on startup",
+        "0.9.1-0.33 (V1 gpu_worker.py / worker/utils.py: the INFO summary after graph capture and the startup"
+        " ValueError both state the init snapshot's free/total memory)",
+        "total - free at startup is memory other processes hold (vLLM has loaded nothing yet)",
+        fields=("memory.startup_free_gib", "memory.total_gib"),
+    ),
+    _row(
+        "memory_summary_graph",
+        "for CUDAGraph memory",
+        r"and " + _SDEC + r" ?GiB for CUDAGraph memory",
+        "0.11-0.33 (V1 gpu_worker.py, the same INFO summary: '... and 0.52 GiB for CUDAGraph memory')",
+        "the CUDA-graph memory vLLM accounted for; signed, since it is a difference of free-memory readings",
+        fields=("capacity.cuda_graph_gib",),
+    ),
+    _row(
+        "cudagraph_estimate",
+        "Estimated CUDA graph memory",
+        r"Estimated CUDA graph memory: " + _SDEC + r" GiB total",
+        "0.20-0.33 (V1 gpu_model_runner.py profile_cudagraph_memory, subtracted from the KV budget)",
+        "the estimate vLLM subtracted before sizing the pool: a negative one inflates the pool",
+        fields=("capacity.cuda_graph_estimate_gib",),
+    ),
+    _row(
+        "graph_capture_start",
+        "apturing",
+        r"(Capturing) (?:cudagraphs for decoding|CUDA graphs?\b|the model for CUDA graphs)",
+        "V0 model_runner.py capture_model 0.4-0.10 ('Capturing the model for CUDA graphs', later 'Capturing"
+        " cudagraphs for decoding'), V1 gpu_model_runner.py tqdm 'Capturing CUDA graphs (...)' / 'Capturing CUDA"
+        " graph shapes'",
+        "CUDA-graph capture began: an OOM from here until 'Graph capturing finished' is a capture OOM",
+        fields=("startup.graph_capture",),
+    ),
+    _row(
+        "graph_capture_frame",
+        "capture_model",
+        r"\bin (capture_model)\b",
+        "all (a traceback frame of V0 model_runner.py / V1 gpu_model_runner.py capture_model)",
+        "a traceback through capture_model: the error came from CUDA-graph capture even when the"
+        " 'Capturing' line was cut from the paste",
+        fields=("startup.graph_capture",),
+    ),
+    _row(
+        "graph_capture_done",
+        "Graph capturing finished",
+        r"Graph capturing finished in \d+ secs?, took " + _SDEC + r" GiB",
+        "0.7.3-0.33 (V0 model_runner.py, V1 gpu_model_runner.py capture_model: start_free - end_free)",
+        "capture ended and what it took; a negative figure means free memory grew while capturing",
+        fields=("capacity.cuda_graph_gib",),
     ),
     # ---- §3.5 pool size -------------------------------------------------------------------------------
     _row(
@@ -725,7 +799,9 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"with config",  # the engine config dump (also has kv_cache_dtype=, so "cache")
     b"oncurrency",  # "Maximum concurrency" alone
     b"emory",  # profiling, OOM, startup memory, Available KV cache memory
-    b"took",  # weights / model loading
+    b"took",  # weights / model loading, "Graph capturing finished in N secs, took X GiB"
+    b"apturing",  # "Capturing cudagraphs for decoding", "Capturing CUDA graphs" (the tqdm bar)
+    b"capture_model",  # a traceback frame through CUDA-graph capture
     b"weights",  # "model weights take" (tab layout)
     b"max_num_batched_tokens",
     b"max model len",
