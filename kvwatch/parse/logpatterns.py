@@ -538,6 +538,32 @@ LINE_KINDS: tuple[LineKind, ...] = (
         fields=("startup.graph_capture",),
     ),
     _row(
+        "graph_capture_torch_frame",
+        "cuda/graphs.py",
+        r"(torch/cuda/graphs\.py)",
+        "all (a traceback frame in PyTorch's torch/cuda/graphs.py, the module only CUDA-graph capture uses; a V1"
+        " 0.9 capture OOM's frames run through vllm/compilation/backends.py into it, with no capture_model frame)",
+        "the error came from CUDA-graph capture",
+        fields=("startup.graph_capture",),
+    ),
+    _row(
+        "engine_ready",
+        "init engine",
+        r"(init engine) \(profile, create kv cache, warmup model\) took",
+        "0.7.3-0.33 (V1 engine/core.py _initialize_kv_caches; V0 llm_engine.py)",
+        "the engine passed its KV-cache checks, allocated the pool and warmed up: the start succeeded",
+        fields=("startup.ready",),
+    ),
+    _row(
+        "output_handler_failed",
+        "output_handler failed",
+        r"AsyncLLM (output_handler) failed",
+        "0.8-0.33 (V1 engine/async_llm.py output_handler, the API server's loop that pulls outputs from a"
+        " started engine; a real 0.2x runtime OOM report)",
+        "the engine had started and was serving when it died: an error beside it is a crash, not a failed start",
+        fields=("runtime.serving",),
+    ),
+    _row(
         "graph_capture_done",
         "Graph capturing finished",
         r"Graph capturing finished in \d+ secs?, took " + _SDEC + r" GiB",
@@ -802,6 +828,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"took",  # weights / model loading, "Graph capturing finished in N secs, took X GiB"
     b"apturing",  # "Capturing cudagraphs for decoding", "Capturing CUDA graphs" (the tqdm bar)
     b"capture_model",  # a traceback frame through CUDA-graph capture
+    b"cuda/graphs",  # a traceback frame through PyTorch's CUDA-graph module
     b"weights",  # "model weights take" (tab layout)
     b"max_num_batched_tokens",
     b"max model len",
@@ -810,6 +837,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"hit an exception",  # 0.7-0.8 "EngineCore hit an exception: Traceback ..."
     b"terminating server",  # V0 "AsyncLLMEngine is already dead, terminating server process"
     b"initialization failed",
+    b"output_handler",  # "AsyncLLM output_handler failed."
     b"failed to start",
     b"hutdown",  # "[shutdown]", "Shutting down" is "Shutting": see below
     b"Shutting",

@@ -19,6 +19,7 @@ Pure: no I/O and no clock; request content never reaches anything here (records 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ class SeenError:
     ts: str | None
     served: bool  # stats records of this run came before it: the server had been serving
     during_capture: bool  # after CUDA-graph capture began and before it finished
+    run: int = 0  # which server start it belongs to
 
 
 @dataclass
@@ -88,6 +90,7 @@ class _EngineProgress:
     looping: _Streak = field(default_factory=_Streak)  # preempting, and no decode progress
     starved: _Streak = field(default_factory=_Streak)  # prefilling, and no decode progress
     peak_gen_tps: float | None = None
+    decoded = False  # a record showed every running request advancing: decode was under way
     # Its memory-bound records: the episode's peak AND mean queue for the summary.
     mb_records: int = 0
     mb_waiting_sum: int = 0
@@ -105,8 +108,13 @@ class ProgressTracker:
         self.live = live
         self.errors: list[SeenError] = []
         self.errors_total = 0
-        self.errors_served_after = 0  # errors[:n] were followed by stats records: the server served after them
+        self.run = 0  # server starts seen (RunStartRecords)
+        # Runs that got going: served (stats records) or finished starting (ready / serving lines). An
+        # error's run is judged at the end, since what shows the run served may follow the error
+        # (EngineCore's OOM comes before the API server's "AsyncLLM output_handler failed").
+        self.runs_going: set[int] = set()
         self.capturing = False  # CUDA-graph capture began and has not finished (this run)
+        self.ready_in_run = False  # this run's engine finished starting (checks passed, graphs captured)
         self.stats_in_run = 0
         self.stats_total = 0
         self.preemption_field_seen = False  # a V1 stats record stated "Preemptions: N" (0.11.1+)
@@ -117,9 +125,11 @@ class ProgressTracker:
         """A new server start: startup phases begin again."""
         self.capturing = False
         self.stats_in_run = 0
+        self.ready_in_run = False
+        self.run += 1
         if self.live:
             self.errors.clear()
-            self.errors_served_after = 0
+            self.runs_going.clear()
             self.engines.clear()
 
     def on_fact(self, name: str, value: object) -> None:
@@ -127,13 +137,24 @@ class ProgressTracker:
         if name == "startup.graph_capture":
             self.capturing = True
         elif name == "capacity.cuda_graph_gib":  # "Graph capturing finished ..., took X GiB"
+            # Capture runs after the KV cache is allocated, so the start passed vLLM's KV checks.
             self.capturing = False
+            self.ready_in_run = True
+            self.runs_going.add(self.run)
+        elif name in ("startup.ready", "runtime.serving"):  # "init engine ... took", "output_handler failed"
+            self.ready_in_run = True
+            self.runs_going.add(self.run)
 
     def on_error(self, rec: ErrorRecord) -> None:
         """An error record, with whether the server had served and whether capture was under way."""
         self.errors_total += 1
         seen = SeenError(
-            rec.kind, rec.message, _iso(rec.ts), self.stats_in_run > 0, self.capturing and self.stats_in_run == 0
+            rec.kind,
+            rec.message,
+            _iso(rec.ts),
+            self.stats_in_run > 0,
+            self.capturing and self.stats_in_run == 0,
+            self.run,
         )
         if self.errors and (self.errors[-1].kind, self.errors[-1].message) == (seen.kind, seen.message):
             return  # one error repeated by every worker or by a traceback chain
@@ -147,7 +168,7 @@ class ProgressTracker:
         (``dt``: seconds since the previous one, where the caller knows better than the stamps)."""
         self.stats_in_run += 1
         self.stats_total += 1
-        self.errors_served_after = len(self.errors)
+        self.runs_going.add(self.run)
         if rec.preemptions is not None:
             self.preemption_field_seen = True
         eng = self.engines.get((source, rec.engine))
@@ -166,9 +187,24 @@ class ProgressTracker:
         # gpu_model_runner.execute_model samples one token per scheduled request; V0 likewise), so
         # fewer tokens over the interval than requests running means they did not all advance once.
         no_progress = gen is not None and running > 0 and gen * max(dt, 1.0) < running
-        eng.stalled.add(running > 0 and gen == 0.0 and not prompt, dt, ts, running, preempted)
+        # Stalled: requests in the engine (running, or waiting with nothing running to wait for) and
+        # not one token in or out: the scheduler admits a waiting request whenever blocks and budget
+        # allow (V1 scheduler.py schedule(); V0 _schedule_prefills), so an idle engine with a queue
+        # and an engine whose running requests produce nothing have both stopped stepping.
+        queued_idle = running == 0 and (rec.waiting or 0) > 0
+        eng.stalled.add(
+            (running > 0 or queued_idle) and gen == 0.0 and not prompt,
+            dt,
+            ts,
+            max(running, rec.waiting or 0),
+            preempted,
+        )
         eng.looping.add(no_progress and preempted > 0, dt, ts, running, preempted)
-        eng.starved.add(no_progress and bool(prompt), dt, ts, running, preempted)
+        # Starved needs decode to COLLAPSE: progress before, then none while prompts are processed.
+        # A burst's first records (every running request still prefilling) are no collapse.
+        eng.starved.add(no_progress and bool(prompt) and eng.decoded, dt, ts, running, preempted)
+        if gen is not None and running > 0 and not no_progress:
+            eng.decoded = True
         if state == "memory_bound":
             eng.mb_records += 1
             waiting = rec.waiting or 0
@@ -319,13 +355,36 @@ def _g(x: float) -> str:
 
 def _start_errors(case: Case, *kinds: str) -> list[SeenError]:
     """Start errors no stats record followed: the server (this run of it) never served."""
-    p = case.progress
-    return [e for e in p.errors[p.errors_served_after :] if e.kind in kinds and not e.served]
+    serving = {id(e) for e in _serving_errors(case, *kinds)}
+    return [e for e in case.progress.errors if e.kind in kinds and id(e) not in serving]
+
+
+# Deaths vLLM reports only for an engine that had started: V1 engine/core.py run_engine_core logs
+# "EngineCore failed to start." for a startup exception and "EngineCore encountered a fatal error."
+# only from the busy loop; the client raises EngineDeadError once a started engine is gone; V0's
+# AsyncEngineDeadError / MQEngineDeadError and the launcher's "terminating server process" meet
+# requests. ("EngineCore hit an exception", 0.7-0.8, said both, so it proves nothing.)
+_DEATH_AFTER_START = ("EngineDeadError", "encountered a fatal error", "terminating server process")
+
+
+def _serving_errors(case: Case, *kinds: str) -> list[SeenError]:
+    """Errors of a run that got going (served, or finished starting): a crash, not a failed start."""
+    going = case.progress.runs_going
+    dead = {
+        e.run
+        for e in case.progress.errors
+        if e.kind == "engine_dead" and any(w in e.message for w in _DEATH_AFTER_START)
+    }
+    return [e for e in case.progress.errors if e.kind in kinds and (e.served or e.run in going or e.run in dead)]
 
 
 def _never_served(case: Case) -> bool:
-    """No stats record after the last start: numbers alone may then say the start failed."""
-    return case.progress.stats_in_run == 0
+    """The last start neither served nor finished starting: numbers alone may then say it failed."""
+    return case.progress.stats_in_run == 0 and not case.progress.ready_in_run
+
+
+_NEEDED_V1 = re.compile(r"\((-?[\d.]+) ?Gi?B KV cache is needed, .*?available KV cache memory \((-?[\d.]+) ?Gi?B\)")
+_STORED_V0 = re.compile(r"stored in KV cache \((\d+)\)")
 
 
 def _max_model_len_exceeds_pool(case: Case) -> Match | None:
@@ -341,16 +400,30 @@ def _max_model_len_exceeds_pool(case: Case) -> Match | None:
     ev: list[dict[str, Any]] = []
     if errs:
         ev.append(_ev("start error", errs[0].message, ts=errs[0].ts))
-    if ratio is not None and 0 < ratio < 1 and _never_served(case):
+    # Numbers alone only where they are the check: V0 computes both the ratio and its check from
+    # num_gpu_blocks x block_size (executor_base.py, worker.py). V1 prints "KV cache size: N tokens"
+    # and its ratio AFTER check_enough_kv_cache_memory passed, and a sliding-window or hybrid model
+    # starts with a ratio below 1 (a real 0.8 Gemma 3 start: 0.21x, then graph capture and serving).
+    v0_numbers = case.num("capacity.kv_cache_tokens") is None and _never_served(case)
+    if ratio is not None and 0 < ratio < 1 and v0_numbers:
         ev.append(_ev("max concurrency at max_model_len", ratio))
-    if pool and mml and pool < mml and _never_served(case):
+    if pool and mml and pool < mml and v0_numbers:
         ev.append(_ev("KV pool tokens", pool))
     if not ev:
         return None
     if mml:
         ev.append(_ev("max_model_len", int(mml)))
-    fits = f"; the pool holds {pool:,} tokens" if pool else ""
-    if ratio is not None and 0 < ratio < 1 and mml and not pool:
+    fits = ""
+    if errs:  # the figures of the failing start are in vLLM's sentence (facts may be another run's)
+        v1 = _NEEDED_V1.search(errs[0].message)
+        v0 = _STORED_V0.search(errs[0].message)
+        if v1:
+            fits = f"; it needs {v1.group(1)} GiB of KV cache and {v1.group(2)} GiB is available"
+        elif v0:
+            fits = f"; the pool holds {int(v0.group(1)):,} tokens"
+    elif pool:
+        fits = f"; the pool holds {pool:,} tokens"
+    elif ratio is not None and 0 < ratio < 1 and mml:
         fits = f"; the pool holds about {int(ratio * mml):,} tokens ({ratio:.2f}x)"
     length = f"max_model_len {int(mml):,}" if mml else "max_model_len"
     return Match(
@@ -474,7 +547,7 @@ def _graph_estimate_cause(case: Case) -> Match | None:
         return None
     if _start_errors(case, "oom", "no_kv_memory", "kv_insufficient"):
         return Match("failed start: " + m.sentence, m.evidence, "failed_start")
-    if [e for e in case.errors("oom") if e.served]:
+    if _serving_errors(case, "oom"):
         return Match("crashed: " + m.sentence, m.evidence, "crashed")
     return None
 
@@ -499,7 +572,7 @@ def _start_oom(case: Case) -> Match | None:
     if not errs:
         return None
     e = errs[0]
-    where = "while loading the weights" if case.num("capacity.weights_gib") is None else "during startup"
+    where = "during startup" + ("" if case.num("capacity.weights_gib") is not None else " (no weights line before it)")
     if "warming up" in e.message:  # V1 gpu_model_runner.py _dummy_sampler_run: max_num_seqs dummy requests
         where = "warming up the sampler with max_num_seqs dummy requests"
     return Match(f"failed start: out of memory {where}", (_ev("OOM at start", e.message, ts=e.ts),))
@@ -516,7 +589,7 @@ def _start_other(case: Case) -> Match | None:
 
 
 def _serving_oom(case: Case) -> Match | None:
-    errs = [e for e in case.errors("oom") if e.served]
+    errs = _serving_errors(case, "oom")
     if not errs:
         return None
     return Match(
@@ -526,7 +599,7 @@ def _serving_oom(case: Case) -> Match | None:
 
 
 def _engine_dead(case: Case) -> Match | None:
-    errs = [e for e in case.errors("engine_dead", "other") if e.served]
+    errs = _serving_errors(case, "engine_dead", "other")
     if not errs:
         return None
     return Match(
@@ -564,7 +637,7 @@ def _engine_hang(case: Case) -> Match | None:
     return _streak_match(
         case,
         "stalled",
-        lambda s: "stalled: {running} requests running and 0.0 tokens/s in and out for {records} records{secs}",
+        lambda s: "stalled: {running} requests in the engine and 0.0 tokens/s in and out for {records} records{secs}",
     )
 
 
