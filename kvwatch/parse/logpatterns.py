@@ -548,7 +548,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     ),
     _row(
         "engine_ready",
-        "init engine",
+        "create kv cache",
         r"(init engine) \(profile, create kv cache, warmup model\) took",
         "0.7.3-0.33 (V1 engine/core.py _initialize_kv_caches; V0 llm_engine.py)",
         "the engine passed its KV-cache checks, allocated the pool and warmed up: the start succeeded",
