@@ -547,6 +547,28 @@ LINE_KINDS: tuple[LineKind, ...] = (
         fields=("startup.graph_capture",),
     ),
     _row(
+        "startup_frame",
+        "vllm/",
+        r"vllm/\S*\.py\"?, line \d+, in (load_model|load_weights|process_weights_after_loading|gptq_marlin_repack|"
+        r"awq_marlin_repack|profile_run|_initialize_kv_caches|determine_available_memory|determine_num_available_blocks|"
+        r"initialize_from_config|initialize_cache|compile_or_warm_up_model|_dummy_sampler_run)\b",
+        "all (traceback frames of vLLM's startup path: worker/model-runner load_model and the loaders' weight"
+        " processing (marlin repack converts checkpoint weights at load), profile_run, engine/core.py"
+        " _initialize_kv_caches, the workers' determine_available_memory / determine_num_available_blocks,"
+        " initialize_from_config / initialize_cache, compile_or_warm_up_model)",
+        "an error raised through these frames happened while the server was starting, even when the paste"
+        " holds nothing else of the start",
+        fields=("startup.frame",),
+    ),
+    _row(
+        "startup_frame_engine",
+        "EngineCoreProc(",
+        r"engine_core = (EngineCoreProc)\(",
+        "0.8-0.33 (V1 engine/core.py run_engine_core: the traceback line that constructs the engine)",
+        "an exception raised while constructing the EngineCore is a startup failure",
+        fields=("startup.frame",),
+    ),
+    _row(
         "engine_ready",
         "create kv cache",
         r"(init engine) \(profile, create kv cache, warmup model\) took",
@@ -829,6 +851,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"apturing",  # "Capturing cudagraphs for decoding", "Capturing CUDA graphs" (the tqdm bar)
     b"capture_model",  # a traceback frame through CUDA-graph capture
     b"cuda/graphs",  # a traceback frame through PyTorch's CUDA-graph module
+    b"EngineCoreProc(",  # "engine_core = EngineCoreProc(*args, **kwargs)" in a startup traceback
     b"weights",  # "model weights take" (tab layout)
     b"max_num_batched_tokens",
     b"max model len",

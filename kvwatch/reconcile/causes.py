@@ -113,6 +113,9 @@ class ProgressTracker:
         # error's run is judged at the end, since what shows the run served may follow the error
         # (EngineCore's OOM comes before the API server's "AsyncLLM output_handler failed").
         self.runs_going: set[int] = set()
+        # Runs with evidence of a start (startup lines, startup traceback frames, a start-failure
+        # line): an OOM in such a run that never got going was an OOM at start.
+        self.runs_starting: set[int] = set()
         self.capturing = False  # CUDA-graph capture began and has not finished (this run)
         self.ready_in_run = False  # this run's engine finished starting (checks passed, graphs captured)
         self.stats_in_run = 0
@@ -131,10 +134,13 @@ class ProgressTracker:
         if self.live:
             self.errors.clear()
             self.runs_going.clear()
+            self.runs_starting.clear()
             self.engines.clear()
 
     def on_fact(self, name: str, value: object) -> None:
         """A startup fact: tracks CUDA-graph capture (kvwatch.parse.logpatterns graph_capture_*)."""
+        if name != "runtime.serving":
+            self.runs_starting.add(self.run)  # every other fact comes from a startup line
         if name == "startup.graph_capture":
             self.capturing = True
         elif name == "capacity.cuda_graph_gib":  # "Graph capturing finished ..., took X GiB"
@@ -149,6 +155,9 @@ class ProgressTracker:
     def on_error(self, rec: ErrorRecord) -> None:
         """An error record, with whether the server had served and whether capture was under way."""
         self.errors_total += 1
+        # vLLM's start-failure lines, and errors only a start raises, say the run was starting.
+        if rec.kind in ("other", "kv_insufficient", "no_kv_memory", "startup_memory") or "warming up" in rec.message:
+            self.runs_starting.add(self.run)
         seen = SeenError(
             rec.kind,
             rec.message,
@@ -585,7 +594,8 @@ def _graph_capture_oom(case: Case) -> Match | None:
 
 
 def _start_oom(case: Case) -> Match | None:
-    errs = _start_errors(case, "oom")
+    starting = case.progress.runs_starting
+    errs = [e for e in _start_errors(case, "oom") if e.run in starting]
     if not errs:
         return None
     e = errs[0]
@@ -593,6 +603,17 @@ def _start_oom(case: Case) -> Match | None:
     if "warming up" in e.message:  # V1 gpu_model_runner.py _dummy_sampler_run: max_num_seqs dummy requests
         where = "warming up the sampler with max_num_seqs dummy requests"
     return Match(f"failed start: out of memory {where}", (_ev("OOM at start", e.message, ts=e.ts),))
+
+
+def _oom_phase_unknown(case: Case) -> Match | None:
+    # An OOM with nothing around it that says whether the server had started or served: not guessed.
+    errs = _start_errors(case, "oom")
+    if not errs:
+        return None
+    return Match(
+        "out of memory; the log does not show whether the server had started (give the whole log from the start)",
+        (_ev("OOM", errs[0].message, ts=errs[0].ts),),
+    )
 
 
 def _start_other(case: Case) -> Match | None:
@@ -884,6 +905,15 @@ CAUSES: tuple[Cause, ...] = (
         (
             "lower --gpu-memory-utilization so activations of the largest batch fit outside the pool",
             "lower --max-num-batched-tokens (the largest step's activations) or --max-num-seqs",
+        ),
+    ),
+    Cause(
+        "oom_phase_unknown",
+        "unknown",
+        _oom_phase_unknown,
+        (
+            "at startup: lower --gpu-memory-utilization, or --enforce-eager, or fewer --max-num-seqs",
+            "while serving: lower --max-num-batched-tokens / --max-num-seqs so the largest step fits",
         ),
     ),
     Cause(
