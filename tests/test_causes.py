@@ -329,3 +329,16 @@ def test_sidecar_exports_the_same_cause_as_analyze_for_a_failed_start() -> None:
             state.on_log_record(rec, float(i))
     gauge = _diagnosis_gauge(state, 100.0)
     assert gauge["memory_held_by_other_process"] == 1.0
+
+
+def test_every_incident_has_its_provenance_and_hand_read_truth() -> None:
+    files = {p.name for p in INCIDENTS.glob("*.log")}
+    assert files == {e["file"] for e in INDEX}
+    for e in INDEX:
+        assert e["truth"]
+        assert e["cause"] in CAUSE_IDS
+        if e["file"].startswith("real-"):
+            assert str(e["source_url"]).startswith("https://github.com/"), e["file"]
+        else:
+            assert e["file"].startswith("synthetic-")
+            assert e["source_url"] is None

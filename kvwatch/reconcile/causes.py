@@ -535,6 +535,11 @@ def _other_process(case: Case) -> Match | None:
     )
 
 
+def _failed_start(m: Match | None) -> Match | None:
+    """The same finding as the cause of a start that failed (its sentence says so)."""
+    return Match("failed start: " + m.sentence, m.evidence) if m is not None else None
+
+
 def _graph_memory(case: Case) -> tuple[float | None, str]:
     for name, what in (
         ("capacity.cuda_graph_estimate_gib", "CUDA graph memory estimate"),
@@ -840,7 +845,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause(
         "memory_held_by_other_process",
         "failed_start",
-        lambda c: _other_process(c) if not c.progress.stats_total else None,
+        lambda c: _failed_start(_other_process(c)) if not c.progress.stats_total else None,
         (
             "free the device: find the other process with nvidia-smi (or rocm-smi) and stop it, or give this "
             "server its own GPU",
