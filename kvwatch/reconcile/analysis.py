@@ -380,7 +380,7 @@ class Analysis:
         sustained.count += 1
         state.count += 1
         state.last_state = verdict_state
-        self.progress.on_stats(rec, verdict_state, int(preempted), source)
+        self.progress.on_stats(rec, verdict_state, int(preempted), source, t=t if ts is not None else None)
         if running is not None and (state.max_running is None or running > state.max_running):
             state.max_running = running
         if waiting is not None and (state.max_waiting is None or waiting > state.max_waiting):

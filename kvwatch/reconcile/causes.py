@@ -57,16 +57,16 @@ class _Streak:
 
     records: int = 0
     seconds: float = 0.0
-    start_ts: str | None = None
+    start_ts: LogTime | None = None
     running: int = 0
     best_records: int = 0
     best_seconds: float = 0.0
-    best_start_ts: str | None = None
+    best_start_ts: LogTime | None = None
     best_running: int = 0
     preemptions: int = 0
     best_preemptions: int = 0
 
-    def add(self, holds: bool, dt: float, ts: str | None, running: int, preempted: int) -> None:
+    def add(self, holds: bool, dt: float, ts: LogTime | None, running: int, preempted: int) -> None:
         if not holds:
             self.records = 0
             return
@@ -89,8 +89,7 @@ class _EngineProgress:
     stalled: _Streak = field(default_factory=_Streak)  # running, and no token in or out
     looping: _Streak = field(default_factory=_Streak)  # preempting, and no decode progress
     starved: _Streak = field(default_factory=_Streak)  # prefilling, and no decode progress
-    peak_gen_tps: float | None = None
-    decoded = False  # a record showed every running request advancing: decode was under way
+    decoded: bool = False  # a record showed every running request advancing: decode was under way
     # Its memory-bound records: the episode's peak AND mean queue for the summary.
     mb_records: int = 0
     mb_waiting_sum: int = 0
@@ -172,59 +171,70 @@ class ProgressTracker:
             self.errors.append(seen)
 
     def on_stats(
-        self, rec: StatsRecord, state: str, preempted: int, source: str | None = None, dt: float | None = None
+        self,
+        rec: StatsRecord,
+        state: str,
+        preempted: int,
+        source: str | None = None,
+        dt: float | None = None,
+        t: float | None = None,
     ) -> None:
         """One stats record with the saturation state it showed and the preemptions since the last
-        (``dt``: seconds since the previous one, where the caller knows better than the stamps)."""
+        (``dt``: seconds since the previous one, where the caller knows better than the stamps; ``t``:
+        ``rec.ts.seconds()`` when the caller has it already).
+
+        Runs once per stats record of a big log: fields are unpacked once and a streak is touched
+        only while its condition holds or right after (the common record touches none)."""
         self.stats_in_run += 1
         self.stats_total += 1
-        self.runs_going.add(self.run)
-        if rec.preemptions is not None:
+        if self.stats_in_run == 1:
+            self.runs_going.add(self.run)
+        _, ts, engine, _, running_or_none, waiting_or_none, swapped, _, preemptions = rec[:9]
+        prompt, gen = rec[14], rec[15]
+        if preemptions is not None:
             self.preemption_field_seen = True
-        if rec.swapped is not None:
+        if swapped is not None:
             self.v0_stats = True
-        eng = self.engines.get((source, rec.engine))
+        eng = self.engines.get((source, engine))
         if eng is None:
-            eng = self.engines[(source, rec.engine)] = _EngineProgress()
-        t = rec.ts.seconds() if rec.ts is not None else None
+            eng = self.engines[(source, engine)] = _EngineProgress()
+        if t is None and ts is not None:
+            t = ts.seconds()
         if dt is None:
-            dt = t - eng.last_t if t is not None and eng.last_t is not None and t >= eng.last_t else NOMINAL_INTERVAL_S
-        eng.last_t = t if t is not None else None
-        running = rec.running or 0
-        gen, prompt = rec.gen_tps, rec.prompt_tps
-        if gen is not None and (eng.peak_gen_tps is None or gen > eng.peak_gen_tps):
-            eng.peak_gen_tps = gen
-        ts = _iso(rec.ts)
+            last = eng.last_t
+            dt = t - last if t is not None and last is not None and t >= last else NOMINAL_INTERVAL_S
+        eng.last_t = t
+        running = running_or_none or 0
+        waiting = waiting_or_none or 0
         # "No decode progress": a decode step gives every decoding request one token (V1
         # gpu_model_runner.execute_model samples one token per scheduled request; V0 likewise), so
         # fewer tokens over the interval than requests running means they did not all advance once.
-        no_progress = gen is not None and running > 0 and gen * max(dt, 1.0) < running
+        no_progress = gen is not None and running > 0 and gen * (dt if dt > 1.0 else 1.0) < running
         # Stalled: requests in the engine (running, or waiting with nothing running to wait for) and
         # not one token in or out: the scheduler admits a waiting request whenever blocks and budget
         # allow (V1 scheduler.py schedule(); V0 _schedule_prefills), so an idle engine with a queue
         # and an engine whose running requests produce nothing have both stopped stepping.
-        queued_idle = running == 0 and (rec.waiting or 0) > 0
-        eng.stalled.add(
-            (running > 0 or queued_idle) and gen == 0.0 and not prompt,
-            dt,
-            ts,
-            max(running, rec.waiting or 0),
-            preempted,
-        )
-        eng.looping.add(no_progress and preempted > 0, dt, ts, running, preempted)
+        stalled = gen == 0.0 and not prompt and (running > 0 or waiting > 0)
+        if stalled or eng.stalled.records:
+            eng.stalled.add(stalled, dt, ts, running if running > waiting else waiting, preempted)
+        looping = no_progress and preempted > 0
+        if looping or eng.looping.records:
+            eng.looping.add(looping, dt, ts, running, preempted)
         # Starved needs decode to COLLAPSE: progress before, then none while prompts are processed.
         # A burst's first records (every running request still prefilling) are no collapse.
-        eng.starved.add(no_progress and bool(prompt) and eng.decoded, dt, ts, running, preempted)
-        if gen is not None and running > 0 and not no_progress:
+        starved = no_progress and bool(prompt) and eng.decoded
+        if starved or eng.starved.records:
+            eng.starved.add(starved, dt, ts, running, preempted)
+        if not no_progress and gen is not None and running > 0:
             eng.decoded = True
         if state == "memory_bound":
             eng.mb_records += 1
-            waiting = rec.waiting or 0
             eng.mb_waiting_sum += waiting
             eng.mb_waiting_peak = max(eng.mb_waiting_peak, waiting)
             eng.mb_running_peak = max(eng.mb_running_peak, running)
-            if rec.kv_usage_pct is not None and (eng.mb_kv_peak is None or rec.kv_usage_pct > eng.mb_kv_peak):
-                eng.mb_kv_peak = rec.kv_usage_pct
+            kv = rec.kv_usage_pct
+            if kv is not None and (eng.mb_kv_peak is None or kv > eng.mb_kv_peak):
+                eng.mb_kv_peak = kv
 
     # ---- output --------------------------------------------------------------------------------
     def memory_bound(self) -> tuple[int | None, _EngineProgress] | None:
@@ -657,7 +667,7 @@ def _streak_match(case: Case, name: str, text: Callable[[Any], str]) -> Match | 
         return None
     secs = f" over {s.best_seconds:,.0f} s" if s.best_seconds else ""
     ev = (
-        _ev("consecutive records", s.best_records, ts=s.best_start_ts),
+        _ev("consecutive records", s.best_records, ts=_iso(s.best_start_ts)),
         _ev("running requests", s.best_running),
     )
     return Match(text(s).format(records=s.best_records, secs=secs, running=s.best_running), ev)
