@@ -752,9 +752,17 @@ def _kv_pool_too_small(case: Case) -> Match | None:
 def _preemption_storm(case: Case) -> Match | None:
     # V1 scheduler.py schedule(): a request is preempted only when allocate_slots finds no free KV
     # block for a running request, so sustained preemption is the KV pool (CONTRACTS "preempting").
+    n, source, exact = case.preemptions()
+    if case.saturation == "unknown" and not case.progress.stats_total and n:
+        # No stats records, only V0's preemption warnings: the one thing the log shows is the pool
+        # running out (V0 scheduler.py _preempt: "not enough KV cache space").
+        return Match(
+            f"{'' if exact else 'at least '}{n} preemptions for lack of KV cache space; no stats records show"
+            " the load around them",
+            (_ev("preemptions", n, source=source),),
+        )
     if case.saturation != "preempting":
         return None
-    n, source, exact = case.preemptions()
     count = f"{'' if exact else 'at least '}{n} preemptions" if n else "preemptions"
     peak = case.section("stats", "max", "kv_usage_pct")
     at = f" with KV usage up to {peak:.1f} %" if isinstance(peak, int | float) else ""
