@@ -176,6 +176,26 @@ INFO 11-29 14:00:05 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with con
     )
     assert analysis.document()["diagnosis"]["verdict"] == "ok"
 
+def test_a_debug_level_record_without_tokens_stands_for_two_tokenless_intervals() -> None:
+    # vLLM logs a stats record at DEBUG only when it AND the interval before had no tokens
+    # (v1/metrics/loggers.py LoggingStatLogger.log): with requests in flight, a sustained stall.
+    line = _v1("10", 0.0, 0.0, 7, 0, 59.6).replace("INFO 11-29", "DEBUG 11-29")
+    (rec,) = parse_line(line, 1)
+    assert isinstance(rec, StatsRecord)
+    assert rec.debug_level
+    assert not parse_line(_v1("10", 0.0, 0.0, 7, 0, 59.6), 1)[0].debug_level  # type: ignore[union-attr]
+    diag = _lines(line).document()["diagnosis"]
+    assert (diag["verdict"], diag["cause"]) == ("stalled", "engine_hang")
+    assert "implied" in diag["summary"]
+    # An idle engine logs at DEBUG too: nothing in flight, no stall.
+    idle = _v1("10", 0.0, 0.0, 0, 0, 0.0).replace("INFO 11-29", "DEBUG 11-29")
+    assert _lines(idle).document()["diagnosis"]["cause"] != "engine_hang"
+    # After an INFO record without tokens the DEBUG one is the streak's second, not its third.
+    both = _lines(f"{_v1('10', 0.0, 0.0, 7, 0, 59.6)}\n{line.replace(':10 ', ':20 ')}").document()["diagnosis"]
+    assert both["cause"] == "engine_hang"
+    assert "implied" not in both["summary"]
+
+
 
 def test_a_negative_graph_estimate_is_a_warning_even_when_the_run_is_healthy() -> None:
     analysis = _lines(

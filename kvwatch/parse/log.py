@@ -233,11 +233,26 @@ _new_tuple = tuple.__new__
 
 
 def _fast_stats_record(
-    g: tuple[str | Any, ...], lineno: int, ts: LogTime | None, engine: int | None, aggregated: int | None
+    g: tuple[str | Any, ...],
+    lineno: int,
+    ts: LogTime | None,
+    engine: int | None,
+    aggregated: int | None,
+    debug: bool = False,
 ) -> StatsRecord:
     """A StatsRecord from the groups of ``logpatterns.STATS_FAST``."""
-    rec: StatsRecord = _new_tuple(StatsRecord, (lineno, ts, engine, aggregated, *_fast_stats_values(g)))
+    rec: StatsRecord = _new_tuple(StatsRecord, (lineno, ts, engine, aggregated, *_fast_stats_values(g), debug))
     return rec
+
+
+_LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b")
+
+
+def _debug_level(text: str, start: int) -> bool:
+    """Whether the record starting at ``start`` was logged at DEBUG: the last level word of its
+    header (the 100 characters before it hold the level, stamp, file:line and "Engine NNN: ")."""
+    levels = _LEVEL.findall(text, max(0, start - 100), start)
+    return bool(levels) and levels[-1] == "DEBUG"
 
 
 def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None) -> StatsRecord:
@@ -250,7 +265,7 @@ def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None
             aggregated = int(m.group(2)) if m.group(2) else None
     fast = P.STATS_FAST.match(text, start, end)
     if fast is not None and "rate" not in text[fast.end() : end] and "Corrupted" not in text[fast.end() : end]:
-        return _fast_stats_record(fast.groups(), lineno, ts, engine, aggregated)
+        return _fast_stats_record(fast.groups(), lineno, ts, engine, aggregated, _debug_level(text, start))
     body = text[start:end]
     values: dict[str, float | int | None] = {}
     for name, rx in P.STATS_PARTS:
@@ -294,6 +309,7 @@ def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None
         prompt_tps=_float("prompt_tps"),
         gen_tps=_float("gen_tps"),
         device=part_device,
+        debug_level=_debug_level(text, start),
     )
 
 
@@ -468,7 +484,8 @@ def _plain_stats_row(text: str) -> StatsRow | None:
         ts = (int(g[0]), int(g[1]), int(g[2]), int(g[3]), float(g[4].replace(",", ".")), None, None)
     engine = int(g[5]) if g[5] is not None else None
     aggregated = int(g[6]) if g[6] is not None else None
-    return (ts, engine, aggregated, *_fast_stats_values(g[7:]))
+    # The header match starts at the level word: DEBUG marks two tokenless intervals (StatsRecord).
+    return (ts, engine, aggregated, *_fast_stats_values(g[7:]), text.startswith("DEBUG", m.start()))
 
 
 def stats_record(row: StatsRow, lineno: int) -> StatsRecord:

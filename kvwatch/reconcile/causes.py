@@ -65,22 +65,27 @@ class _Streak:
     best_running: int = 0
     preemptions: int = 0
     best_preemptions: int = 0
+    implied: int = 0  # records counted that the log does not hold (implied by a DEBUG-level record)
+    best_implied: int = 0
 
-    def add(self, holds: bool, dt: float, ts: LogTime | None, running: int, preempted: int) -> None:
+    def add(
+        self, holds: bool, dt: float, ts: LogTime | None, running: int, preempted: int, implied: bool = False
+    ) -> None:
         if not holds:
             self.records = 0
             return
         if self.records == 0:
-            self.seconds, self.start_ts, self.running, self.preemptions = 0.0, ts, 0, 0
+            self.seconds, self.start_ts, self.running, self.preemptions, self.implied = 0.0, ts, 0, 0, 0
         else:
             self.seconds += dt
         self.records += 1
+        self.implied += implied
         self.running = max(self.running, running)
         self.preemptions += preempted
         if (self.records, self.seconds) > (self.best_records, self.best_seconds):
             self.best_records, self.best_seconds = self.records, self.seconds
             self.best_start_ts, self.best_running = self.start_ts, self.running
-            self.best_preemptions = self.preemptions
+            self.best_preemptions, self.best_implied = self.preemptions, self.implied
 
 
 @dataclass
@@ -216,7 +221,13 @@ class ProgressTracker:
         # and an engine whose running requests produce nothing have both stopped stepping.
         stalled = gen == 0.0 and not prompt and (running > 0 or waiting > 0)
         if stalled or eng.stalled.records:
-            eng.stalled.add(stalled, dt, ts, running if running > waiting else waiting, preempted)
+            held = running if running > waiting else waiting
+            if stalled and not eng.stalled.records and rec.debug_level:
+                # vLLM logs a stats record at DEBUG only when the interval before it had no tokens
+                # either (StatsRecord.debug_level), and that interval's INFO record is the one an
+                # INFO log may lack: it is the streak's first record.
+                eng.stalled.add(True, 0.0, ts, held, 0, implied=True)
+            eng.stalled.add(stalled, dt, ts, held, preempted)
         looping = no_progress and preempted > 0
         if looping or eng.looping.records:
             eng.looping.add(looping, dt, ts, running, preempted)
@@ -690,7 +701,14 @@ def _engine_hang(case: Case) -> Match | None:
     return _streak_match(
         case,
         "stalled",
-        lambda s: "stalled: {running} requests in the engine and 0.0 tokens/s in and out for {records} records{secs}",
+        lambda s: (
+            "stalled: {running} requests in the engine and 0.0 tokens/s in and out for {records} records{secs}"
+            + (
+                f" ({s.best_implied} of them implied: vLLM logs a record at DEBUG only after a tokenless interval)"
+                if s.best_implied
+                else ""
+            )
+        ),
     )
 
 
