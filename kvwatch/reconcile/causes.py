@@ -124,6 +124,11 @@ class ProgressTracker:
         self.ready_in_run = False  # this run's engine finished starting (checks passed, graphs captured)
         self.stats_in_run = 0
         self.stats_total = 0
+        # The smallest "Available KV cache memory" of this start over its workers: V1 checks every
+        # worker's figure (kv_cache_utils.py get_kv_cache_configs, 0.11: "Check if the available
+        # memory is enough for each worker"), so one TP rank at <= 0 fails the start even when
+        # another rank, printed last, had room (the document keeps the last figure only).
+        self.kv_memory_min_in_run: float | None = None
         self.preemption_field_seen = False  # a V1 stats record stated "Preemptions: N" (0.11.1+)
         self.v0_stats = False  # a V0 stats record (it states Swapped; V1 has no swap)
         self.engines: dict[tuple[str | None, int | None], _EngineProgress] = {}
@@ -134,6 +139,7 @@ class ProgressTracker:
         self.capturing = False
         self.stats_in_run = 0
         self.ready_in_run = False
+        self.kv_memory_min_in_run = None
         self.run += 1
         if self.live:
             self.errors.clear()
@@ -145,6 +151,9 @@ class ProgressTracker:
         """A startup fact: tracks CUDA-graph capture (kvwatch.parse.logpatterns graph_capture_*)."""
         if name != "runtime.serving":
             self.runs_starting.add(self.run)  # every other fact comes from a startup line
+        if name == "capacity.kv_cache_memory_gib" and isinstance(value, int | float) and not isinstance(value, bool):
+            low = self.kv_memory_min_in_run
+            self.kv_memory_min_in_run = float(value) if low is None else min(low, float(value))
         if name == "startup.graph_capture":
             self.capturing = True
         elif name == "capacity.cuda_graph_gib":  # "Graph capturing finished ..., took X GiB"
@@ -495,6 +504,9 @@ def _no_kv_memory(case: Case) -> Match | None:
             ev.append(_ev("KV cache memory (GiB)", kv))
         if blocks is not None and blocks <= 0:
             ev.append(_ev("KV blocks", int(blocks)))
+    low = case.progress.kv_memory_min_in_run
+    if low is not None and (kv is None or low < kv):
+        kv = low  # the worker with the least: vLLM checks each one
         if ratio is not None and ratio <= 0:
             ev.append(_ev("max concurrency", ratio))
     if not ev:
@@ -510,12 +522,22 @@ def _no_kv_memory(case: Case) -> Match | None:
     budget = (" (" + " ".join(parts) + ")") if parts else ""
     figure = f" ({_g(kv)} GiB)" if kv is not None and kv <= 0 else ""
     return Match(
-        f"failed start: nothing is left for the KV cache{figure} after the weights and activations{budget}",
+        f"failed start: nothing is left for the KV cache{figure} after the weights and activations{budget}{graphs}",
         tuple(ev),
     )
 
 
 def _other_process(case: Case) -> Match | None:
+    # 0.20+ subtracts the CUDA-graph estimate from the budget before the check (gpu_worker.py
+    # determine_available_memory; on by default from 0.21): a share of the shortfall the log names.
+    estimate = case.num("capacity.cuda_graph_estimate_gib")
+    graphs = ""
+    if estimate is not None and estimate > 0:
+        graphs = (
+            f"; vLLM's CUDA-graph estimate ({_g(estimate)} GiB) was taken from the budget first"
+            " (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 shows the start without it)"
+        )
+        ev.append(_ev("CUDA graph memory estimate (GiB)", estimate))
     # V1 worker/utils.py (gpu_worker.py 0.9.1-0.13) refuses to start when free memory at startup is
     # below gpu_memory_utilization x total: the rest is held by other processes (vLLM has loaded
     # nothing yet). V0 0.6.4 logs initial_memory_usage (total - free before profiling, weights
