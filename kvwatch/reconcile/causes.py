@@ -217,12 +217,19 @@ class ProgressTracker:
         if dt is None:
             last = eng.last_t
             dt = t - last if t is not None and last is not None and t >= last else NOMINAL_INTERVAL_S
+            if dt < 1.0:
+                # vLLM's logger never prints two records of an engine within a second (its interval
+                # is VLLM_LOG_STATS_INTERVAL, 10 s; V0 5 s): stamps that close (records glued on one
+                # line, second-resolution stamps) do not give the interval, so the nominal one
+                # stands in, as when there are no stamps. (A caller's dt, a scrape's, is kept.)
+                dt = NOMINAL_INTERVAL_S
         eng.last_t = t
         running = running_or_none or 0
         waiting = waiting_or_none or 0
         # "No decode progress": a decode step gives every decoding request one token (V1
         # gpu_model_runner.execute_model samples one token per scheduled request; V0 likewise), so
         # fewer tokens over the interval than requests running means they did not all advance once.
+        # (A caller's dt under a second, scrapes that close, counts as one second, as before.)
         no_progress = gen is not None and running > 0 and gen * (dt if dt > 1.0 else 1.0) < running
         # Stalled: requests in the engine (running, or waiting with nothing running to wait for) and
         # not one token in or out: the scheduler admits a waiting request whenever blocks and budget
@@ -497,6 +504,9 @@ def _no_kv_memory(case: Case) -> Match | None:
     if errs:
         ev.append(_ev("start error", errs[0].message, ts=errs[0].ts))
     kv = case.num("capacity.kv_cache_memory_gib")
+    low = case.progress.kv_memory_min_in_run
+    if low is not None and (kv is None or low < kv):
+        kv = low  # the worker with the least: vLLM checks each one
     blocks = case.num("capacity.gpu_blocks")
     ratio = case.num("capacity.max_concurrency.ratio")
     if _never_served(case):
@@ -504,9 +514,6 @@ def _no_kv_memory(case: Case) -> Match | None:
             ev.append(_ev("KV cache memory (GiB)", kv))
         if blocks is not None and blocks <= 0:
             ev.append(_ev("KV blocks", int(blocks)))
-    low = case.progress.kv_memory_min_in_run
-    if low is not None and (kv is None or low < kv):
-        kv = low  # the worker with the least: vLLM checks each one
         if ratio is not None and ratio <= 0:
             ev.append(_ev("max concurrency", ratio))
     if not ev:
@@ -521,13 +528,6 @@ def _no_kv_memory(case: Case) -> Match | None:
         parts.append(f"of a {_g(total * util)} GiB budget ({_g(total)} GiB x {util:g})")
     budget = (" (" + " ".join(parts) + ")") if parts else ""
     figure = f" ({_g(kv)} GiB)" if kv is not None and kv <= 0 else ""
-    return Match(
-        f"failed start: nothing is left for the KV cache{figure} after the weights and activations{budget}{graphs}",
-        tuple(ev),
-    )
-
-
-def _other_process(case: Case) -> Match | None:
     # 0.20+ subtracts the CUDA-graph estimate from the budget before the check (gpu_worker.py
     # determine_available_memory; on by default from 0.21): a share of the shortfall the log names.
     estimate = case.num("capacity.cuda_graph_estimate_gib")
@@ -538,6 +538,13 @@ def _other_process(case: Case) -> Match | None:
             " (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 shows the start without it)"
         )
         ev.append(_ev("CUDA graph memory estimate (GiB)", estimate))
+    return Match(
+        f"failed start: nothing is left for the KV cache{figure} after the weights and activations{budget}{graphs}",
+        tuple(ev),
+    )
+
+
+def _other_process(case: Case) -> Match | None:
     # V1 worker/utils.py (gpu_worker.py 0.9.1-0.13) refuses to start when free memory at startup is
     # below gpu_memory_utilization x total: the rest is held by other processes (vLLM has loaded
     # nothing yet). V0 0.6.4 logs initial_memory_usage (total - free before profiling, weights
