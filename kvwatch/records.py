@@ -86,6 +86,12 @@ class StatsRecord(NamedTuple):
     gen_tps: float | None = None
     device: str | None = None  # "gpu", "cpu", "xpu" ... from "<DEVICE> KV cache usage"
     source: str | None = None  # the log file this came from (analyze over many inputs)
+    # Logged at DEBUG. vLLM's stats logger drops to DEBUG only when this interval AND the one before
+    # had no prompt and no generation tokens (V1 v1/metrics/loggers.py LoggingStatLogger.log, read in
+    # 0.11.0; engine_is_idle in later versions; V0 engine/metrics.py LoggingStatLogger.log likewise:
+    # "Avoid log noise on an idle production system"), so such a record stands for two tokenless
+    # intervals, the first of which an INFO-level log never shows.
+    debug_level: bool = False
 
 
 @dataclass(frozen=True, slots=True)

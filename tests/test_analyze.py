@@ -91,9 +91,14 @@ def test_seed_run_is_diagnosed_memory_bound_with_the_pool_arithmetic(capsys: pyt
     doc = analyze_json(SEED_LOG, capsys)
     diag = doc["diagnosis"]
     assert diag["verdict"] == "memory_bound"
-    # The 100 % record: 5 running -> 40,960 x 1.0 / 5 = 8,192 tokens per request, 5.0 of them.
+    # The episode's peak and mean queue, read by hand from records 4-18 (the memory-bound ones):
+    # waiting 15,14,15,14,16,15,16,15,16,13,13,8,8,4,3 -> peak 16, mean 185/15 = 12.3; not the
+    # 15 of the one record at the KV peak. The 100 % record: 5 running -> 40,960 x 1.0 / 5 = 8,192
+    # tokens per request. A V1 0.32 log never states a preemption: not in this log, never "0".
+    assert diag["cause"] == "kv_pool_too_small"
     assert diag["summary"] == (
-        "memory-bound: 5 running, 15 waiting at 100.0 % KV usage; "
+        "memory-bound: up to 5 running and 16 waiting (mean 12.3 over 15 records) at up to 100.0 % KV usage; "
+        "preemptions are not in this log (give the scrapes or --prometheus); "
         "the 40,960-token pool holds about 5.0 requests of ~8,192 tokens"
     )
     sat = doc["saturation"]

@@ -134,7 +134,7 @@ def test_stats_record_and_log_time_keep_their_fields_defaults_and_methods() -> N
     assert StatsRecord._fields == (
         "line", "ts", "engine", "engines_aggregated", "running", "waiting", "swapped", "deferred",
         "preemptions", "kv_usage_pct", "cpu_kv_usage_pct", "prefix_hit_pct", "external_prefix_hit_pct",
-        "mm_cache_hit_pct", "prompt_tps", "gen_tps", "device", "source",
+        "mm_cache_hit_pct", "prompt_tps", "gen_tps", "device", "source", "debug_level",
     )  # fmt: skip
     assert LogTime._fields == ("month", "day", "hour", "minute", "second", "year", "tz")
     rec = StatsRecord(3, LogTime(11, 29, 8, 0, 10.5), 0, None, 61, 24, kv_usage_pct=81.2)
@@ -171,7 +171,7 @@ PLAIN_LINES = [
 def test_a_worker_row_becomes_the_record_the_general_parser_builds(line: str, monkeypatch: pytest.MonkeyPatch) -> None:
     row = scan_line_compact(line, 1)
     assert not isinstance(row, LineScan)  # the row form: what crosses the process boundary
-    assert all(type(v) in (tuple, int, float, str, type(None)) for v in row)
+    assert all(type(v) in (tuple, int, float, str, bool, type(None)) for v in row)
     fast = LogParser().feed_scan(row, 7, "")
     monkeypatch.setattr(log, "_plain_stats_line", lambda text, lineno: None)
     general = LogParser().feed_line(line, 7)

@@ -100,6 +100,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         contract=True,
     ),
     MetricSpec(
+        "kvwatch_diagnosis",
+        "gauge",
+        "1 for the cause of the current state (the cause table of kvwatch analyze), 0 for the others.",
+        ("cause",),
+    ),
+    MetricSpec(
         "kvwatch_preemptions_total",
         "counter",
         "Preemptions seen; source=log or metrics. Monotonic across vLLM restarts.",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvwatch.reconcile.causes import CAUSE_IDS
 from kvwatch.reconcile.live import LiveState, LiveView
 from kvwatch.reconcile.saturation import STATES, SaturationState
 
@@ -67,6 +68,9 @@ def render(view: LiveView) -> list[Sample]:
             put("kvwatch_memory_bound", 1.0 if eng.state == SaturationState.MEMORY_BOUND else 0.0)
             for state in STATES:
                 put("kvwatch_saturation_state", 1.0 if state == eng.state else 0.0, (("state", state),))
+        if eng.cause is not None:
+            for cause in CAUSE_IDS:
+                put("kvwatch_diagnosis", 1.0 if cause == eng.cause else 0.0, (("cause", cause),))
         each("kvwatch_preemptions_total", "source", eng.preemptions)
         put("kvwatch_last_stats_timestamp_seconds", eng.last_stats_at)
     return out

@@ -32,6 +32,12 @@ def _t(ts: str | None) -> str:
     return ts.removeprefix("--").replace("T", " ", 1)
 
 
+def _cause_suffix(diag: dict[str, Any]) -> str:
+    """' (cause: kv_pool_too_small)' after the verdict, when the diagnosis names one."""
+    cause = diag.get("cause")
+    return f" (cause: {cause})" if cause else ""
+
+
 def _lever(lever: Any) -> str:
     """One lever row (a dict from the capacity model, or plain text) as a sentence."""
     if not isinstance(lever, dict):
@@ -184,8 +190,11 @@ def render_text(doc: dict[str, Any]) -> str:
     """A plain-text report: server, what happened, diagnosis."""
     out: list[str] = []
     diag = doc["diagnosis"]
-    out.append(f"kvwatch analyze: {diag['verdict'].replace('_', '-').upper()}")
+    out.append(f"kvwatch analyze: {diag['verdict'].replace('_', '-').upper()}" + _cause_suffix(diag))
     out.append(f"  {diag['summary']}")
+    for title, items in (("Advice", diag.get("advice")), ("Warnings", diag.get("warnings"))):
+        if items:
+            out += ["", title, *(f"  - {item}" for item in items)]
     for title, rows in (("Server", _server_lines(doc)), ("What happened", _happened_lines(doc))):
         out.append("")
         out.append(title)
@@ -214,8 +223,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
     out = [
         "## vLLM postmortem (kvwatch analyze)",
         "",
-        f"**Verdict: {diag['verdict'].replace('_', '-')}**. {_md_cell(diag['summary'])}",
+        f"**Verdict: {diag['verdict'].replace('_', '-')}**{_cause_suffix(diag)}. {_md_cell(diag['summary'])}",
     ]
+    for title, items in (("Advice", diag.get("advice")), ("Warnings", diag.get("warnings"))):
+        if items:
+            out += ["", f"### {title}", ""] + [f"- {_md_cell(str(item))}" for item in items]
     for title, rows in (("Server", _server_lines(doc)), ("What happened", _happened_lines(doc))):
         out += ["", f"### {title}", "", "| | |", "| --- | --- |"]
         out += [f"| {_md_cell(k.strip())} | {_md_cell(v)} |" for k, v in rows]

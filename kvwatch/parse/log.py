@@ -258,11 +258,26 @@ _new_tuple = tuple.__new__
 
 
 def _fast_stats_record(
-    g: tuple[str | Any, ...], lineno: int, ts: LogTime | None, engine: int | None, aggregated: int | None
+    g: tuple[str | Any, ...],
+    lineno: int,
+    ts: LogTime | None,
+    engine: int | None,
+    aggregated: int | None,
+    debug: bool = False,
 ) -> StatsRecord:
     """A StatsRecord from the groups of ``logpatterns.STATS_FAST``."""
-    rec: StatsRecord = _new_tuple(StatsRecord, (lineno, ts, engine, aggregated, *_fast_stats_values(g)))
+    rec: StatsRecord = _new_tuple(StatsRecord, (lineno, ts, engine, aggregated, *_fast_stats_values(g), debug))
     return rec
+
+
+_LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b")
+
+
+def _debug_level(text: str, start: int) -> bool:
+    """Whether the record starting at ``start`` was logged at DEBUG: the last level word of its
+    header (the 100 characters before it hold the level, stamp, file:line and "Engine NNN: ")."""
+    levels = _LEVEL.findall(text, max(0, start - 100), start)
+    return bool(levels) and levels[-1] == "DEBUG"
 
 
 def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None) -> StatsRecord:
@@ -275,7 +290,7 @@ def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None
             aggregated = int(m.group(2)) if m.group(2) else None
     fast = P.STATS_FAST.match(text, start, end)
     if fast is not None and "rate" not in text[fast.end() : end] and "Corrupted" not in text[fast.end() : end]:
-        return _fast_stats_record(fast.groups(), lineno, ts, engine, aggregated)
+        return _fast_stats_record(fast.groups(), lineno, ts, engine, aggregated, _debug_level(text, start))
     body = text[start:end]
     values: dict[str, float | int | None] = {}
     for name, rx in P.STATS_PARTS:
@@ -319,6 +334,7 @@ def parse_stats(text: str, start: int, end: int, lineno: int, ts: LogTime | None
         prompt_tps=_float("prompt_tps"),
         gen_tps=_float("gen_tps"),
         device=part_device,
+        debug_level=_debug_level(text, start),
     )
 
 
@@ -388,6 +404,19 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
     # same words further in are another message's (text glued after it). Without a header (pastes,
     # continuation lines) there is no message start to hold them to.
     lead = -1 if logger is None else _lead_end(text)
+    # A Python traceback frame at the message start ('  File "<path>", line N, in <func>',
+    # traceback.format_list) quotes the interpreter's own path, not a client's string: the frame
+    # rows (startup, CUDA-graph capture) read that path, and only there.
+    frame = P.TRACEBACK_FRAME.match(text, max(lead, 0)) if 'File "' in text else None
+    if frame is not None and spans:
+        spans = [span for span in spans if span[0] != frame.start(1) - 1]
+    elif spans and (raised := P.RAISE_SOURCE.match(text)) is not None:
+        # The source line a traceback shows under a frame ('    raise ValueError("No available
+        # memory for the cache blocks. "', traceback.FrameSummary.line): vLLM's code, whose string
+        # literal is vLLM's sentence even when the exception's own line was cut from the paste.
+        spans = []
+        if lead != -1:
+            lead = raised.end() + 1  # the message is the literal after the opening quote
     # ---- periodic stats (several may be glued without a header between them) ----
     if stats_ok and P.STATS_START in text:
         starts = []
@@ -450,7 +479,10 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
             continue
         if not logger_allows(row.name, logger) or (spans and inside(spans, m.start())):
             continue  # another module's words, or a quoted string's: not this vLLM line
-        if lead != -1 and m.start() > lead and row.name not in P.MID_MESSAGE_ROWS:
+        if row.name in P.FRAME_ROWS:
+            if frame is None:
+                continue  # a frame row's words outside a traceback frame: not Python's traceback
+        elif lead != -1 and m.start() > lead and row.name not in P.MID_MESSAGE_ROWS:
             after = ends.get(P.FOLLOWS.get(row.name, ""), -1)
             if after == -1 or text[after : m.start()] != P.FOLLOWS_SEPARATOR:
                 continue  # further into another message: not a record of its own
@@ -553,7 +585,8 @@ def _plain_stats_row(text: str) -> StatsRow | None:
         ts = (int(g[0]), int(g[1]), int(g[2]), int(g[3]), float(g[4].replace(",", ".")), None, None)
     engine = int(g[6]) if g[6] is not None else None
     aggregated = int(g[7]) if g[7] is not None else None
-    return (ts, engine, aggregated, *_fast_stats_values(g[8:]))
+    # The header match starts at the level word: DEBUG marks two tokenless intervals (StatsRecord).
+    return (ts, engine, aggregated, *_fast_stats_values(g[8:]), text.startswith("DEBUG", m.start()))
 
 
 # What may not come before a plain stats line's header (``_plain_stats_row``): a quote, an echo

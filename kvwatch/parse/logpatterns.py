@@ -267,6 +267,10 @@ LOGGER_FAMILIES: dict[str, re.Pattern[str]] = {
     "pool": re.compile(
         r"(?:\w*executor\w*|\w*worker\w*|\w*model_runner\w*|kv_cache_utils|llm_engine|core|loggers|cache|config)\.py"
     ),
+    # Traceback frames: re-logged line by line by whichever module caught the exception (V1
+    # multiproc_executor.py worker_busy_loop, engine/core.py run_engine_core, V0 engine loops), so
+    # any module but the request loggers; the frame rows also hold to TRACEBACK_FRAME's shape.
+    "traceback": re.compile(r"(?!(?:logger|request_logger|h11_impl|httptools_impl)\.py$)[\w.]+\.py"),
 }
 # Errors are written by whatever module caught them (core.py, multiproc_executor.py, async_llm.py,
 # api_router.py, serving_*.py, a traceback's own lines): any logger but the request loggers.
@@ -276,6 +280,23 @@ ECHO_LOGGERS = re.compile(r"(?:logger|request_logger|h11_impl|httptools_impl)\.p
 # loggers (error rows); "paste" rows are read only where no vLLM header is: vLLM never logs a
 # shell command, a user pasted it (so "vllm serve ..." inside a logged record is no command line).
 KIND_LOGGERS: dict[str, str] = {
+    # Start-up memory and CUDA-graph rows of the cause table: the workers and model runners
+    # (V0 worker/worker.py and model_runner.py, V1 v1/worker/gpu_worker.py and gpu_model_runner.py).
+    "profile_v064_initial": "worker",
+    "profile_budget_total": "worker",
+    "startup_free_memory": "worker",
+    "memory_summary_graph": "worker",
+    "cudagraph_estimate": "worker",
+    "graph_capture_start": "worker",
+    "graph_capture_done": "worker",
+    "graph_capture_frame": "traceback",
+    "graph_capture_torch_frame": "traceback",
+    "startup_frame": "traceback",
+    "startup_frame_engine": "traceback",
+    # V1 engine/core.py _initialize_kv_caches ('init engine (profile, create kv cache, warmup
+    # model) took'), V0 llm_engine.py; 0.8+ v1/engine/async_llm.py output_handler.
+    "engine_ready": "engine",
+    "output_handler_failed": "engine",
     "stats": "stats",
     "prefix_hit_v0": "stats",
     "preemption": "scheduler",
@@ -355,6 +376,14 @@ MID_MESSAGE_ROWS = frozenset(
 # "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx".
 FOLLOWS: dict[str, str] = {"max_concurrency": "kv_size"}
 FOLLOWS_SEPARATOR = ", "
+
+# A Python traceback frame line as traceback.format_list writes it (every Python version vLLM runs
+# on): the quoted path is the interpreter's, so the frame rows below may read it.
+TRACEBACK_FRAME = re.compile(r'\s*File "([^"\n]*)", line \d+, in ')
+# The source line of a frame that raised, as a traceback shows it: vLLM's code, not a message.
+RAISE_SOURCE = re.compile(r"\s*raise [\w.]+\(")
+# The rows read from a traceback frame (its path or function): only inside TRACEBACK_FRAME.
+FRAME_ROWS = frozenset(("graph_capture_frame", "graph_capture_torch_frame", "startup_frame"))
 
 # --------------------------------------------------------------------------------------------
 # Periodic stats records (docs/vllm-formats.md §4)
@@ -498,6 +527,11 @@ def _row(name: str, anchor: str, pattern: str, versions: str, why: str, **kw: ob
 
 _NUM = r"(\d[\d,]*)"  # integers, with V1's thousands separators (0.8+)
 _DEC = r"(\d+(?:\.\d+)?)"
+# Signed: vLLM prints the KV memory it computed before checking it, so a start that has nothing left
+# after weights and activations logs a negative figure ("Available KV cache memory: -2.14 GiB", "the
+# rest of the memory reserved for KV Cache is -1.05GiB") and then raises (V1 kv_cache_utils.py
+# _check_enough_kv_cache_memory, `available_memory <= 0`; V0 worker.py raise_if_cache_size_invalid).
+_SDEC = r"(-?\d+(?:\.\d+)?)"
 
 LINE_KINDS: tuple[LineKind, ...] = (
     # ---- §3.1 version --------------------------------------------------------------------------
@@ -633,7 +667,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "profile_v064",
         "kv_cache_size=",
-        r"Memory profiling results: .*?kv_cache_size=" + _DEC + r"GiB(?:.*?gpu_memory_utilization=" + _DEC + ")?",
+        r"Memory profiling results: .*?kv_cache_size=" + _SDEC + r"GiB(?:.*?gpu_memory_utilization=" + _DEC + ")?",
         "0.6.4 (V0, one line)",
         "KV memory and gpu_memory_utilization in 0.6.4's single profiling line",
         fields=("capacity.kv_cache_memory_gib", "config.gpu_memory_utilization"),
@@ -677,7 +711,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "profile_kv",
         "KV Cache is",
-        r"reserved for KV Cache is " + _DEC + r"\s*GiB",
+        r"reserved for KV Cache is " + _SDEC + r"\s*GiB",
         "0.6.5-0.10.2 (V0, three-line layout)",
         "the memory the KV pool was sized from",
         fields=("capacity.kv_cache_memory_gib",),
@@ -710,7 +744,7 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "available_kv",
         "Available KV cache memory",
-        r"Available KV cache memory: " + _DEC + r" ?GiB",
+        r"Available KV cache memory: " + _SDEC + r" ?GiB",
         "0.9.1-0.33 (V1)",
         "the memory the KV pool was sized from (one line per worker)",
         fields=("capacity.kv_cache_memory_gib",),
@@ -761,6 +795,123 @@ LINE_KINDS: tuple[LineKind, ...] = (
         "the gpu_memory_utilization in effect",
         fields=("config.gpu_memory_utilization",),
         phase=4,
+    ),
+    # ---- startup memory accounting: what the cause table checks (kvwatch.reconcile.causes) ----------
+    _row(
+        "profile_v064_initial",
+        "initial_memory_usage",
+        r"Memory profiling results: total_gpu_memory=" + _DEC + r"GiB initial_memory_usage=" + _DEC + r"GiB",
+        "0.6.4 (V0 worker.py determine_num_available_blocks: total - free memory before the profile run)",
+        "the device memory in use before profiling: this server's weights plus whatever other processes hold",
+        fields=("memory.total_gib", "memory.initial_usage_gib"),
+    ),
+    _row(
+        "profile_budget_total",
+        "gpu_memory_utilization",
+        r"total_gpu_memory \(" + _DEC + r"GiB\) x gpu_memory_utilization",
+        "0.6.5-0.10.2 (V0, three-line layout)",
+        "the device's total memory, which the utilisation and another process's share are judged against",
+        fields=("memory.total_gib",),
+    ),
+    _row(
+        "startup_free_memory",
+        "memory on device",
+        r"Free memory on device (?:\S+ )?\(" + _DEC + r"/" + _DEC + r" GiB\) on startup",
+        "0.9.1-0.33 (V1 gpu_worker.py / worker/utils.py: the INFO summary after graph capture and the startup"
+        " ValueError both state the init snapshot's free/total memory)",
+        "total - free at startup is memory other processes hold (vLLM has loaded nothing yet)",
+        fields=("memory.startup_free_gib", "memory.total_gib"),
+    ),
+    _row(
+        "memory_summary_graph",
+        "for CUDAGraph memory",
+        r"and " + _SDEC + r" ?GiB for CUDAGraph memory",
+        "0.11-0.33 (V1 gpu_worker.py, the same INFO summary: '... and 0.52 GiB for CUDAGraph memory')",
+        "the CUDA-graph memory vLLM accounted for; signed, since it is a difference of free-memory readings",
+        fields=("capacity.cuda_graph_gib",),
+    ),
+    _row(
+        "cudagraph_estimate",
+        "Estimated CUDA graph memory",
+        r"Estimated CUDA graph memory: " + _SDEC + r" GiB total",
+        "0.20-0.33 (V1 gpu_model_runner.py profile_cudagraph_memory, subtracted from the KV budget)",
+        "the estimate vLLM subtracted before sizing the pool: a negative one inflates the pool",
+        fields=("capacity.cuda_graph_estimate_gib",),
+    ),
+    _row(
+        "graph_capture_start",
+        "apturing",
+        r"(Capturing) (?:cudagraphs for decoding|CUDA graphs?\b|the model for CUDA graphs)",
+        "V0 model_runner.py capture_model 0.4-0.10 ('Capturing the model for CUDA graphs', later 'Capturing"
+        " cudagraphs for decoding'), V1 gpu_model_runner.py tqdm 'Capturing CUDA graphs (...)' / 'Capturing CUDA"
+        " graph shapes'",
+        "CUDA-graph capture began: an OOM from here until 'Graph capturing finished' is a capture OOM",
+        fields=("startup.graph_capture",),
+    ),
+    _row(
+        "graph_capture_frame",
+        "capture_model",
+        r"\bin (capture_model)\b",
+        "all (a traceback frame of V0 model_runner.py / V1 gpu_model_runner.py capture_model)",
+        "a traceback through capture_model: the error came from CUDA-graph capture even when the"
+        " 'Capturing' line was cut from the paste",
+        fields=("startup.graph_capture",),
+    ),
+    _row(
+        "graph_capture_torch_frame",
+        "cuda/graphs.py",
+        r"(torch/cuda/graphs\.py)",
+        "all (a traceback frame in PyTorch's torch/cuda/graphs.py, the module only CUDA-graph capture uses; a V1"
+        " 0.9 capture OOM's frames run through vllm/compilation/backends.py into it, with no capture_model frame)",
+        "the error came from CUDA-graph capture",
+        fields=("startup.graph_capture",),
+    ),
+    _row(
+        "startup_frame",
+        "vllm/",
+        r"vllm/\S*\.py\"?, line \d+, in (load_model|load_weights|process_weights_after_loading|gptq_marlin_repack|"
+        r"awq_marlin_repack|profile_run|_initialize_kv_caches|determine_available_memory|determine_num_available_blocks|"
+        r"initialize_from_config|initialize_cache|compile_or_warm_up_model|_dummy_sampler_run)\b",
+        "all (traceback frames of vLLM's startup path: worker/model-runner load_model and the loaders' weight"
+        " processing (marlin repack converts checkpoint weights at load), profile_run, engine/core.py"
+        " _initialize_kv_caches, the workers' determine_available_memory / determine_num_available_blocks,"
+        " initialize_from_config / initialize_cache, compile_or_warm_up_model)",
+        "an error raised through these frames happened while the server was starting, even when the paste"
+        " holds nothing else of the start",
+        fields=("startup.frame",),
+    ),
+    _row(
+        "startup_frame_engine",
+        "EngineCoreProc(",
+        r"engine_core = (EngineCoreProc)\(",
+        "0.8-0.33 (V1 engine/core.py run_engine_core: the traceback line that constructs the engine)",
+        "an exception raised while constructing the EngineCore is a startup failure",
+        fields=("startup.frame",),
+    ),
+    _row(
+        "engine_ready",
+        "create kv cache",
+        r"(init engine) \(profile, create kv cache, warmup model\) took",
+        "0.7.3-0.33 (V1 engine/core.py _initialize_kv_caches; V0 llm_engine.py)",
+        "the engine passed its KV-cache checks, allocated the pool and warmed up: the start succeeded",
+        fields=("startup.ready",),
+    ),
+    _row(
+        "output_handler_failed",
+        "output_handler failed",
+        r"AsyncLLM (output_handler) failed",
+        "0.8-0.33 (V1 engine/async_llm.py output_handler, the API server's loop that pulls outputs from a"
+        " started engine; a real 0.2x runtime OOM report)",
+        "the engine had started and was serving when it died: an error beside it is a crash, not a failed start",
+        fields=("runtime.serving",),
+    ),
+    _row(
+        "graph_capture_done",
+        "Graph capturing finished",
+        r"Graph capturing finished in \d+ secs?, took " + _SDEC + r" GiB",
+        "0.7.3-0.33 (V0 model_runner.py, V1 gpu_model_runner.py capture_model: start_free - end_free)",
+        "capture ended and what it took; a negative figure means free memory grew while capturing",
+        fields=("capacity.cuda_graph_gib",),
     ),
     # ---- §3.5 pool size -------------------------------------------------------------------------------
     _row(
@@ -1009,7 +1160,11 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"with config",  # the engine config dump (also has kv_cache_dtype=, so "cache")
     b"oncurrency",  # "Maximum concurrency" alone
     b"emory",  # profiling, OOM, startup memory, Available KV cache memory
-    b"took",  # weights / model loading
+    b"took",  # weights / model loading, "Graph capturing finished in N secs, took X GiB"
+    b"apturing",  # "Capturing cudagraphs for decoding", "Capturing CUDA graphs" (the tqdm bar)
+    b"capture_model",  # a traceback frame through CUDA-graph capture
+    b"cuda/graphs",  # a traceback frame through PyTorch's CUDA-graph module
+    b"EngineCoreProc(",  # "engine_core = EngineCoreProc(*args, **kwargs)" in a startup traceback
     b"weights",  # "model weights take" (tab layout)
     b"max_num_batched_tokens",
     b"max model len",
@@ -1018,6 +1173,7 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"hit an exception",  # 0.7-0.8 "EngineCore hit an exception: Traceback ..."
     b"terminating server",  # V0 "AsyncLLMEngine is already dead, terminating server process"
     b"initialization failed",
+    b"output_handler",  # "AsyncLLM output_handler failed."
     b"failed to start",
     b"hutdown",  # "[shutdown]", "Shutting down" is "Shutting": see below
     b"Shutting",

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvwatch.reconcile.causes import ProgressTracker, case_from_document, diagnose
+
 # CAPACITY_KEYS / CONFIG_KEYS: re-exported for modules that imported them from here.
 from kvwatch.reconcile.facts import CAPACITY_KEYS, CONFIG_KEYS, FactsBuilder, ServerFacts  # noqa: F401
 from kvwatch.reconcile.saturation import VERDICT_ORDER, SaturationJudge
@@ -226,6 +228,7 @@ class Analysis:
         self._window = window_seconds
         self._threshold = threshold
         self._max_num_seqs: int | None = None  # the facts record's max_num_seqs, kept for the hot path
+        self.progress = ProgressTracker()  # what the cause table needs beyond the document
 
     # ---- input -------------------------------------------------------------------------------
     def add_input(self, path: str, lines: int, nbytes: int) -> None:
@@ -246,11 +249,13 @@ class Analysis:
                 self._stats(rec, source)
             elif isinstance(rec, FactRecord):
                 self.server.add(rec)
+                self.progress.on_fact(rec.field, rec.value)
                 self._max_num_seqs = self.server.facts().max_num_seqs
                 self._open_run(source)
             elif isinstance(rec, RunStartRecord):
                 self.runs += 1
                 self._run_open[source] = True
+                self.progress.on_run_start()
             elif isinstance(rec, PreemptionRecord):
                 self._open_run(source)
                 self.warnings += 1
@@ -259,6 +264,7 @@ class Analysis:
             elif isinstance(rec, ErrorRecord):
                 self._open_run(source)
                 self._error(rec, source)
+                self.progress.on_error(rec)
             elif isinstance(rec, PrefixHitRecord):
                 self.prefix_hit_v0 = rec
                 if self._last_was_stats.get(source) and self.last is not None and self.last.prefix_hit_pct is None:
@@ -350,6 +356,7 @@ class Analysis:
         sustained.count += 1
         state.count += 1
         state.last_state = verdict_state
+        self.progress.on_stats(rec, verdict_state, int(preempted), source, t=t if ts is not None else None)
         if running is not None and (state.max_running is None or running > state.max_running):
             state.max_running = running
         if waiting is not None and (state.max_waiting is None or waiting > state.max_waiting):
@@ -557,8 +564,24 @@ class Analysis:
             "diagnosis": {"verdict": verdict, "summary": self.summary(verdict), "levers": []},
             "records_total": self.records_total,
         }
-        doc["diagnosis"]["levers"] = levers_hook(doc, model)
+        self.diagnose(doc, model, verdict)
         return doc
+
+    def diagnose(self, doc: dict[str, Any], model: str | None = None, verdict: str | None = None) -> None:
+        """Set ``doc["diagnosis"]`` from the cause table (kvwatch.reconcile.causes), reading whatever
+        evidence the document holds (``requests``, ``preemptions.from_metrics`` ... when present):
+        call it again after adding evidence to the document."""
+        saturation = verdict or self.verdict()
+        case = case_from_document(doc, self.server, self.progress, saturation, self.worst, self.worst_pool)
+        # The levers are sized from the best request-size evidence (histograms, else pool x usage /
+        # running), which the capacity model reads as requests.p95_tokens.
+        sized = doc
+        tokens, _ = case.request_tokens(p95=True)
+        stated = doc.get("requests")
+        if tokens and not (isinstance(stated, dict) and "p95_tokens" in stated):
+            sized = {**doc, "requests": {**(doc.get("requests") or {}), "p95_tokens": round(tokens)}}
+        levers = levers_hook(sized, model)  # always: an unresolvable --model is the user's error
+        doc["diagnosis"] = diagnose(case, lambda: levers)
 
 
 def analyze_paths(

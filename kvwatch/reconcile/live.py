@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from kvwatch import __version__
 from kvwatch.histogram import bucket_delta, bucket_quantile
 from kvwatch.parse.provenance import valid_label_value
+from kvwatch.reconcile.causes import ProgressTracker, live_cause
 from kvwatch.reconcile.expectation import request_from_histograms, request_from_stats
 from kvwatch.reconcile.facts import FactsBuilder, ServerFacts
 from kvwatch.reconcile.pool import RequestShape
@@ -87,6 +88,7 @@ class EngineView:
     state: str | None
     preemptions: tuple[tuple[str, float], ...]
     last_stats_at: float | None
+    cause: str | None = None  # the cause table's id for the current state (kvwatch.reconcile.causes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +207,7 @@ class LiveState:
         self._mismatch_logged: set[str] = set()
         self._expected: Expected | None = None
         self._expected_key: ServerFacts | None = None
+        self.progress = ProgressTracker(live=True)  # the cause table's facts (kvwatch_diagnosis)
 
     # ------------------------------------------------------------------ inputs
 
@@ -246,6 +249,7 @@ class LiveState:
             events.append(Event("error", f"vLLM reported {record.kind}: {record.message[:200]}"))
         elif isinstance(record, PrefixHitRecord):
             self._count("prefix_hit")
+        self._track_cause(record)
         return events
 
     def on_scrape(self, snapshot: MetricsSnapshot, now: float) -> list[Event]:
@@ -257,8 +261,10 @@ class LiveState:
             eng = self._engine(sample.engine or "0")
             if sample.model_name:
                 eng.model_name = sample.model_name
+            before = eng.preempt_metrics.total
             if sample.preemptions_total is not None:
                 eng.pending_preemptions += eng.preempt_metrics.observe_cumulative(sample.preemptions_total)
+            self._track_scrape(eng, sample, now, (eng.preempt_metrics.total or 0.0) - (before or 0.0))
             eng.scrape, eng.scrape_at = sample, now
             eng.footprint.append((now, sample))
             while eng.footprint and now - eng.footprint[0][0] > FOOTPRINT_WINDOW_SECONDS:
@@ -475,6 +481,7 @@ class LiveState:
                     state=eng.state,
                     preemptions=preemptions,
                     last_stats_at=eng.log_stats_at,
+                    cause=live_cause(self.server, self.progress, eng.state or "unknown"),
                 )
             )
         return LiveView(__version__, sources, tuple(sorted(self.record_counts.items())), tuple(views))
@@ -593,6 +600,42 @@ class LiveState:
         if facts.override_blocks is not None:
             return "--num-gpu-blocks-override replaced the computed pool"
         return "block size, memory profiling or a hybrid layout differs from the config's assumptions"
+
+    def _track_cause(self, record: LogRecord) -> None:
+        """Feed the cause table's tracker the record (after the state it produced)."""
+        p = self.progress
+        if isinstance(record, StatsRecord):
+            eng = self._engine(str(record.engine if record.engine is not None else 0))
+            p.on_stats(record, eng.state or "unknown", record.preemptions or 0, "log")
+        elif isinstance(record, FactRecord):
+            p.on_fact(record.field, record.value)
+        elif isinstance(record, ErrorRecord):
+            p.on_error(record)
+        elif isinstance(record, RunStartRecord):
+            p.on_run_start()
+
+    def _track_scrape(self, eng: _Engine, sample: EngineSample, now: float, preempted: float) -> None:
+        """A scrape as a stats record for the tracker: token rates from the counters' increase."""
+        prev, at = eng.scrape, eng.scrape_at
+        if prev is None or at is None or now <= at:
+            return
+        dt = now - at
+
+        def rate(new: float | None, old: float | None) -> float | None:
+            return max(0.0, new - old) / dt if new is not None and old is not None else None
+
+        rec = StatsRecord(
+            0,
+            None,
+            None,
+            None,
+            int(sample.running) if sample.running is not None else None,
+            int(sample.waiting) if sample.waiting is not None else None,
+            kv_usage_pct=sample.kv_usage_ratio * 100.0 if sample.kv_usage_ratio is not None else None,
+            prompt_tps=rate(sample.prompt_tokens_total, prev.prompt_tokens_total),
+            gen_tps=rate(sample.generation_tokens_total, prev.generation_tokens_total),
+        )
+        self.progress.on_stats(rec, eng.state or "unknown", int(max(0.0, preempted)), f"metrics:{eng.engine}", dt)
 
     def _count(self, kind: str) -> None:
         self.record_counts[kind] = self.record_counts.get(kind, 0.0) + 1
