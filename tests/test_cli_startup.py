@@ -41,7 +41,11 @@ for c in cli.app.registered_commands:
     [
         (["--help"], []),
         (["--version"], []),
-        (["capacity", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-gib", "5"], ["capacity"]),
+        # the memory-profile wiring is part of capacity (commands/capacity_memory.py, loaded when it runs)
+        (
+            ["capacity", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-gib", "5"],
+            ["capacity", "capacity_memory"],
+        ),
         (["fleet", "--help"], ["capacity"]),
         (["snapshot", str(SCRAPE)], ["snapshot"]),
         (["watch", "--help"], ["watch"]),
