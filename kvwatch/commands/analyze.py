@@ -64,7 +64,7 @@ def analyze(
         text = render_text(doc)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-    if doc["records_total"] == 0:
+    if doc["records_total"] == 0 and not doc["evidence"]["scrapes"] and not doc["evidence"]["metrics_samples"]:
         names = ", ".join(p for p in paths)
         print(
             f"kvwatch: error: {names}: no vLLM log lines found; pass the server's own output "

@@ -131,6 +131,9 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if pre["max_cumulative"] is not None:
         preempt += f" (cumulative {pre['max_cumulative']:,})"
     preempt += f", {pre['from_stats']:,} in V1 stats"
+    from_metrics = pre.get("from_metrics")
+    # V1 logs no line per preemption: only vLLM's counter is complete (CONTRACTS "analyze additions").
+    preempt += f"; {from_metrics:,} by vLLM's counter" if from_metrics is not None else f"; counter {pre.get('note', '')}"
     rows.append(("preemptions", preempt))
     if doc["errors"]:
         for err in doc["errors"][:10]:

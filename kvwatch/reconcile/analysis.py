@@ -15,6 +15,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvwatch.reconcile.evidence import (
+    EngineTimeline,
+    EvidenceInputs,
+    MetricsEvidence,
+    ScrapeReading,
+    apply_metrics,
+    metrics_evidence,
+    scrape_timelines,
+)
 from kvwatch.reconcile.saturation import VERDICT_ORDER, SaturationJudge
 from kvwatch.records import (
     ErrorRecord,
@@ -483,8 +492,13 @@ class Analysis:
             return f"ok: up to {self.max_running} running and nothing waiting for long; KV usage peaked at {peak}"
         return f"idle: nothing ran or waited in {self.stats_count} stats records"
 
-    def document(self, model: str | None = None) -> dict[str, Any]:
-        """The ``kvwatch.analyze/1`` document: every key present, null when not stated."""
+    def document(
+        self, model: str | None = None, metrics: tuple[MetricsEvidence | None, EvidenceInputs] | None = None
+    ) -> dict[str, Any]:
+        """The ``kvwatch.analyze/1`` document: every key present, null when not stated.
+
+        ``metrics`` is the evidence of saved scrapes or Prometheus history (kvwatch.reconcile.evidence).
+        """
         last = self.last
         last_doc: dict[str, Any] | None = None
         if last is not None:
@@ -570,6 +584,7 @@ class Analysis:
             "diagnosis": {"verdict": verdict, "summary": self.summary(verdict), "levers": []},
             "records_total": self.records_total,
         }
+        apply_metrics(doc, *(metrics or (None, EvidenceInputs())))
         doc["diagnosis"]["levers"] = levers_hook(doc, model)
         return doc
 
@@ -580,19 +595,44 @@ def analyze_paths(
     model: str | None = None,
     progress: Callable[[int], None] | None = None,
     jobs: int | None = None,
+    timelines: list[EngineTimeline] | None = None,
+    prometheus: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The analyze document for saved vLLM logs (plain, ``.gz`` or ``-`` for stdin), in order.
 
+    Saved ``/metrics`` scrapes among ``paths`` are recognised by content and read as metrics
+    evidence; ``timelines`` (with ``prometheus``, the query that gave them) is Prometheus history.
     ``model`` (a name or a config.json path) goes to ``levers_hook``. ``progress`` is called with
     the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
     """
-    from kvwatch.sources.files import iter_logs, paused_gc  # local: importable without I/O
+    from kvwatch.parse.metrics import parse_exposition
+    from kvwatch.parse.scrapes import creation_stamp
+    from kvwatch.sources.files import check_path, iter_logs, paused_gc  # local: importable without I/O
+    from kvwatch.sources.saved_scrapes import is_scrape, read_scrape
 
+    for path in paths:
+        check_path(path)
+    scrape_paths = [p for p in paths if is_scrape(p)]
+    log_paths = [p for p in paths if p not in scrape_paths]
     analysis = Analysis()
     with paused_gc():
-        for log in iter_logs(paths, progress=progress, jobs=jobs):
-            source = log.path if len(paths) > 1 else None
+        for log in iter_logs(log_paths, progress=progress, jobs=jobs):
+            source = log.path if len(log_paths) > 1 else None
             for batch in log.batches():
                 analysis.add(batch, source=source)
             analysis.add_input(log.path, log.lines, log.bytes)
-    return analysis.document(model)
+    readings = []
+    for path in scrape_paths:
+        scrape = read_scrape(path)
+        readings.append(ScrapeReading(path, scrape.mtime, creation_stamp(scrape.text), parse_exposition(scrape.text)))
+        analysis.add_input(path, scrape.text.count("\n"), scrape.nbytes)
+    all_timelines = list(timelines or [])
+    time_source = "prometheus" if timelines else None
+    if readings:
+        from_scrapes, time_source = scrape_timelines(readings)
+        all_timelines += from_scrapes
+    metrics = None
+    if all_timelines:
+        metrics = metrics_evidence(all_timelines, max_num_seqs=analysis._max_num_seqs)
+    inputs = EvidenceInputs(scrapes=len(readings), prometheus=prometheus, time_source=time_source)
+    return analysis.document(model, (metrics, inputs))
