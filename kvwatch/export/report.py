@@ -133,7 +133,8 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     preempt += f", {pre['from_stats']:,} in V1 stats"
     from_metrics = pre.get("from_metrics")
     # V1 logs no line per preemption: only vLLM's counter is complete (CONTRACTS "analyze additions").
-    preempt += f"; {from_metrics:,} by vLLM's counter" if from_metrics is not None else f"; counter {pre.get('note', '')}"
+    counted = f"{from_metrics:,} by vLLM's counter" if from_metrics is not None else f"counter {pre.get('note', '')}"
+    preempt += f"; {counted}"
     rows.append(("preemptions", preempt))
     if doc["errors"]:
         for err in doc["errors"][:10]:

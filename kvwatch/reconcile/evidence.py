@@ -24,6 +24,7 @@ nothing averages percentages across engines; counts (preemptions, requests, toke
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -110,28 +111,34 @@ def histogram_increase(hists: Iterable[HistogramSummary | None]) -> Increase | N
 
     A reset shows as a lower ``_count`` (or any lower bucket): the new sample is then all new.
     """
-    prev: HistogramSummary | None = None
+    prev_count: float | None = None
+    prev_sum = 0.0
+    prev_buckets: dict[float, float] | None = None
     count = total = 0.0
     buckets: dict[float, float] = {}
-    seen = False
     for h in hists:
-        if h is None or h.count is None or h.sum is None:
+        if h is None:
             continue
-        seen = True
-        if prev is not None:
-            old = dict(prev.buckets)
-            reset = h.count < prev.count or any(c < old.get(le, 0.0) for le, c in h.buckets)  # type: ignore[operator]
-            base_count = 0.0 if reset else prev.count or 0.0
-            base_sum = 0.0 if reset else prev.sum or 0.0
-            count += h.count - base_count
-            total += h.sum - base_sum
+        if h.count is not None and h.sum is not None and prev_count is not None:
+            reset = h.count < prev_count
+            count += h.count - (0.0 if reset else prev_count)
+            total += h.sum - (0.0 if reset else prev_sum)
+        if h.count is not None and h.sum is not None:
+            prev_count, prev_sum = h.count, h.sum
+        # Buckets may come less often than _sum/_count (Prometheus history reads them at a coarser
+        # step, kvwatch.sources.prometheus): their increase is taken between the samples that have them.
+        if not h.buckets:
+            continue
+        if prev_buckets is not None:
+            old = prev_buckets
+            reset_b = any(c < old.get(le, 0.0) for le, c in h.buckets)
             for le, c in h.buckets:
-                buckets[le] = buckets.get(le, 0.0) + c - (0.0 if reset else old.get(le, 0.0))
+                buckets[le] = buckets.get(le, 0.0) + c - (0.0 if reset_b else old.get(le, 0.0))
         else:
             for le, _c in h.buckets:
                 buckets.setdefault(le, 0.0)
-        prev = h
-    if not seen:
+        prev_buckets = dict(h.buckets)
+    if prev_count is None:
         return None
     return Increase(count, total, tuple(sorted(buckets.items())))
 
@@ -355,7 +362,7 @@ def _preempted_requests(inc: Increase | None) -> int | None:
         return 0
     first = next(((le, c) for le, c in inc.buckets if le >= 1.0), None)
     if first is not None and first[0] == 1.0 and first[1] == inc.count:
-        return int(round(inc.sum))
+        return round(inc.sum)
     return None
 
 
@@ -440,7 +447,7 @@ class MetricsEvidence:
         """Reset-aware preemptions over the evidence, summed over engines (null when no engine
         exposes vllm:num_preemptions)."""
         values = [f.preemptions for f in self.figures if f.preemptions is not None]
-        return int(round(sum(values))) if values else None
+        return round(sum(values)) if values else None
 
     def requests(self) -> dict[str, Any] | None:
         """``requests`` of the document: every engine's finished requests together."""
@@ -505,9 +512,7 @@ def metrics_evidence(
 ) -> MetricsEvidence:
     """Figures for every engine timeline (see the module docstring)."""
     return MetricsEvidence(
-        tuple(
-            engine_figures(tl, max_num_seqs=max_num_seqs, window_s=window_s, threshold=threshold) for tl in timelines
-        )
+        tuple(engine_figures(tl, max_num_seqs=max_num_seqs, window_s=window_s, threshold=threshold) for tl in timelines)
     )
 
 
@@ -582,9 +587,15 @@ def order_scrapes(readings: Sequence[ScrapeReading]) -> tuple[list[ScrapeReading
     )
     ordered = [r for _i, r in indexed]
     mtimes = [r.mtime for r in ordered]
-    if len(ordered) > 1 and all(m is not None for m in mtimes):
-        if all(a < b for a, b in zip(mtimes, mtimes[1:], strict=False)):  # type: ignore[operator]
-            return ordered, "mtime"
+    if (
+        len(ordered) > 1
+        and all(m is not None for m in mtimes)
+        and all(
+            a < b  # type: ignore[operator]
+            for a, b in itertools.pairwise(mtimes)
+        )
+    ):
+        return ordered, "mtime"
     if len(ordered) == 1 and mtimes[0] is not None:
         return ordered, "mtime"
     return ordered, None

@@ -62,12 +62,16 @@ def read_scrape(path: str) -> SavedScrape:
         with open(path, "rb") as fh:
             data = fh.read(MAX_SCRAPE_BYTES + 1)
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or type(exc).__name__}); give a saved /metrics file")
+        raise UsageError(
+            f"{path}: cannot read ({exc.strerror or type(exc).__name__}); give a saved /metrics file"
+        ) from None
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error):
             raise UsageError(f"{path}: damaged gzip data; save the scrape again") from None
     if len(data) > MAX_SCRAPE_BYTES:
-        raise UsageError(f"{path}: over {MAX_SCRAPE_BYTES >> 20} MiB, not one server's /metrics; give one scrape per file")
+        raise UsageError(
+            f"{path}: over {MAX_SCRAPE_BYTES >> 20} MiB, not one server's /metrics; give one scrape per file"
+        )
     return SavedScrape(path, data.decode("utf-8", errors="replace"), st.st_size, st.st_mtime)

@@ -1,0 +1,419 @@
+"""Prometheus history: vLLM's series read over a Prometheus-compatible HTTP API.
+
+``/api/v1/query_range`` and ``/api/v1/query`` are the same on Prometheus, Thanos, Mimir and
+VictoriaMetrics (https://prometheus.io/docs/prometheus/latest/querying/api/). A fleet-wide
+selection stays one pass: one query per *group* of metric names (a ``__name__`` regex built from
+the one name table, kvwatch.parse.metrics.METRIC_ALIASES, with every prefix and old name), never one
+per pod; every series comes back with its labels and is split by (instance, model_name, engine)
+on this side.
+
+Limits of the API, respected rather than hit:
+
+- Prometheus refuses a range query of more than 11,000 points per series
+  (web/api/v1/api.go, ``maxPointsPerSeries``): a long range is split into chunks of at most
+  MAX_POINTS steps and the answers concatenated. Should a server still answer with that error (a
+  lower limit, as Thanos and Mimir may set), the chunk is halved and retried.
+- Histogram buckets are many series (a dozen ``le`` per histogram per engine) and only their
+  increase over the range is used, so they are read at a coarser step (at most BUCKET_POINTS
+  points over the range); ``_sum`` and ``_count`` come at the full step, so means are exact.
+
+Errors are one line naming the query or the URL and what to do: an unreachable server, HTTP
+4xx/5xx (with Prometheus' own ``error`` text), a body that is not Prometheus' JSON.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import statistics
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from kvwatch.errors import UnusableInput, UsageError
+from kvwatch.parse.metrics import METRIC_ALIASES, PREFIXES, match_series
+from kvwatch.records import EngineSample, HistogramSummary
+
+MAX_POINTS = 11_000  # Prometheus' own limit per series and query (web/api/v1/api.go)
+BUCKET_POINTS = 240  # points over the range at which histogram buckets are read
+DEFAULT_TIMEOUT_S = 60.0
+
+_TOO_MANY_POINTS = re.compile(r"exceeded maximum resolution|too many points|maximum resolution", re.IGNORECASE)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+_MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds of a Prometheus duration (``90s``, ``10m``, ``1h30m``, ``2d``) or plain seconds."""
+    value = text.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for m in _DURATION.finditer(value):
+            if m.start() != pos:
+                break
+            seconds += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+            pos = m.end()
+        if pos != len(value) or not value:
+            raise UsageError(f"{flag} {text!r}: not a duration; give e.g. 30s, 10m, 2h or 1d") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"{flag} {text!r}: must be a positive duration; give e.g. 30s, 10m, 2h or 1d")
+    return seconds
+
+
+def parse_time(text: str, flag: str) -> float:
+    """Unix seconds from RFC 3339 (``2026-12-01T20:00:00Z``) or Unix seconds."""
+    from datetime import UTC, datetime
+
+    value = text.strip()
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: not a time; give RFC 3339 (2026-12-01T20:00:00Z) or Unix seconds") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)  # Prometheus' own times are UTC
+    return stamp.timestamp()
+
+
+def selector_matchers(selector: str | None) -> str:
+    """The label matchers of ``--selector`` ('{job="vllm",namespace=~"prod-.*"}'), without braces,
+    checked so a typo is a usage error here rather than a 400 from the server."""
+    if not selector or not selector.strip():
+        return ""
+    text = selector.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    pos = 0
+    parts = []
+    while pos < len(text):
+        m = _MATCHER.match(text, pos)
+        if m is None:
+            raise UsageError(
+                f'--selector {selector!r}: not label matchers; give e.g. \'{{job="vllm",namespace="prod"}}\''
+            )
+        parts.append(m.group(0).strip())
+        pos = m.end()
+        if pos < len(text):
+            if text[pos] != ",":
+                raise UsageError(
+                    f'--selector {selector!r}: not label matchers; give e.g. \'{{job="vllm",namespace="prod"}}\''
+                )
+            pos += 1
+    return ",".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Which names to ask for
+# --------------------------------------------------------------------------------------------
+
+
+def _names(kinds: Iterable[str], histogram_parts: tuple[str, ...]) -> list[str]:
+    names: list[str] = []
+    wanted = set(kinds)
+    for alias in METRIC_ALIASES:
+        if alias.kind not in wanted:
+            continue
+        for stem in alias.stems:
+            for prefix, _why in PREFIXES:
+                base = prefix + stem
+                if alias.kind == "counter":
+                    names += [base + "_total", base]  # Ray's older exporter drops _total
+                elif alias.kind == "histogram":
+                    names += [base + part for part in histogram_parts]
+                else:
+                    names.append(base)
+    return sorted(set(names))
+
+
+def _name_regex(names: list[str]) -> str:
+    # Prometheus regexes are fully anchored (RE2); ':' and '_' need no escaping.
+    return "|".join(re.escape(n).replace("\\:", ":") for n in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series of a range query: its labels (``__name__`` included) and (t, value) points."""
+
+    labels: dict[str, str]
+    points: list[tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRead:
+    """What one read of the history gave: the series, the queries sent and the step used."""
+
+    series: list[Series]
+    queries: list[str]
+    step: float
+    bucket_step: float
+
+
+class PrometheusClient:
+    """Reads a Prometheus-compatible HTTP API. ``session`` is injected (tests, connection reuse)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        session: requests.Session | None = None,
+        bearer_token: str | None = None,
+        verify: bool | str = True,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise UsageError(f"--prometheus {url!r}: not an http(s) URL; give e.g. http://prometheus:9090")
+        self.url = url.rstrip("/")
+        self.session = session or requests.Session()
+        self.session.verify = verify
+        if bearer_token:
+            self.session.headers["Authorization"] = f"Bearer {bearer_token}"
+        self.timeout = timeout
+        self.requests_sent = 0
+
+    def _get(self, path: str, params: dict[str, str], query: str) -> Any:
+        """The ``data`` of one API answer; one-line errors naming the query otherwise."""
+        where = f"{self.url}{path}"
+        self.requests_sent += 1
+        try:
+            # POST with a form body: a fleet-wide name regex can outgrow a URL's length limit,
+            # and every Prometheus-compatible API accepts both (the HTTP API docs, "Range queries").
+            response = self.session.post(where, data=params, timeout=self.timeout)
+        except requests.exceptions.SSLError:
+            raise UsageError(
+                f"--prometheus {self.url}: TLS verification failed; give --ca-file or --insecure"
+            ) from None
+        except requests.exceptions.Timeout:
+            raise UsageError(
+                f"--prometheus {self.url}: no answer within {self.timeout:.0f} s to {query[:80]}; "
+                "narrow --selector or the time range"
+            ) from None
+        except requests.exceptions.RequestException as exc:
+            cause = "connection refused" if "refused" in str(exc).lower() else type(exc).__name__
+            raise UsageError(
+                f"--prometheus {self.url}: cannot connect ({cause}); check the URL and that it is up"
+            ) from None
+        body: Any
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or body.get("status") not in ("success", "error"):
+            if response.status_code in (401, 403):
+                raise UsageError(
+                    f"--prometheus {self.url}: HTTP {response.status_code} (authentication); give --bearer-token-file"
+                )
+            if response.status_code >= 400:
+                raise UsageError(
+                    f"--prometheus {self.url}: HTTP {response.status_code} for {path}; "
+                    "give the server's base URL (e.g. http://prometheus:9090)"
+                )
+            raise UsageError(
+                f"--prometheus {self.url}: the answer to {path} is not Prometheus' JSON; "
+                "give the base URL of a Prometheus-compatible API (e.g. http://prometheus:9090)"
+            )
+        if body["status"] == "error":
+            error = str(body.get("error", "")).strip().splitlines()[0] if body.get("error") else "error"
+            if _TOO_MANY_POINTS.search(error):
+                raise _TooManyPoints(error)
+            raise UsageError(f"--prometheus {self.url}: HTTP {response.status_code} for {query[:120]}: {error[:200]}")
+        data = body.get("data")
+        if not isinstance(data, dict) or "result" not in data:
+            raise UsageError(f"--prometheus {self.url}: the answer to {path} has no data.result; is it Prometheus?")
+        return data
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> list[Series]:
+        """All series of ``query`` over [start, end] at ``step``, split to respect MAX_POINTS."""
+        merged: dict[tuple[tuple[str, str], ...], Series] = {}
+        chunk = (MAX_POINTS - 1) * step
+        t = start
+        while t <= end:
+            stop = min(end, t + chunk)
+            try:
+                data = self._get(
+                    "/api/v1/query_range",
+                    {"query": query, "start": _fmt(t), "end": _fmt(stop), "step": _fmt(step)},
+                    query,
+                )
+            except _TooManyPoints:
+                if chunk <= step * 16:
+                    raise UsageError(
+                        f"--prometheus {self.url}: the server refuses even {int(chunk / step)} points per series "
+                        f"for {query[:80]}; give a larger --step"
+                    ) from None
+                chunk = math.floor(chunk / step / 2) * step  # whole steps: the points stay on one grid
+                continue
+            if data.get("resultType") != "matrix":
+                raise UsageError(
+                    f"--prometheus {self.url}: query_range answered {data.get('resultType')!r}, not a matrix"
+                )
+            for item in data["result"]:
+                labels = item.get("metric", {})
+                key = tuple(sorted(labels.items()))
+                points = [(float(ts), float(v)) for ts, v in item.get("values", ())]
+                if key in merged:
+                    last = merged[key].points[-1][0] if merged[key].points else -math.inf
+                    merged[key].points.extend(p for p in points if p[0] > last)
+                else:
+                    merged[key] = Series(labels, points)
+            t = stop + step
+        return list(merged.values())
+
+    def scrape_interval(self, matchers: str, start: float, end: float) -> float | None:
+        """The data's own scrape interval: the median gap between raw samples of
+        ``num_requests_running`` in the last hour of the range (None when it has none)."""
+        window = min(end - start, 3600.0)
+        names = _name_regex([p + "num_requests_running" for p, _why in PREFIXES])
+        sel = f'{{__name__=~"{names}"{"," + matchers if matchers else ""}}}'
+        query = f"{sel}[{math.ceil(window)}s]"
+        data = self._get("/api/v1/query", {"query": query, "time": _fmt(end)}, query)
+        gaps: list[float] = []
+        for item in data.get("result", ()):
+            ts = [float(t) for t, _v in item.get("values", ())]
+            gaps += [b - a for a, b in itertools.pairwise(ts) if b > a]
+        return statistics.median(gaps) if gaps else None
+
+
+class _TooManyPoints(Exception):
+    """The server refused a range query for its number of points."""
+
+
+def _fmt(t: float) -> str:
+    return f"{t:.3f}".rstrip("0").rstrip(".")
+
+
+def read_history(client: PrometheusClient, matchers: str, start: float, end: float, step: float | None) -> RangeRead:
+    """vLLM's series over [start, end]: gauges, counters and histogram ``_sum``/``_count`` at
+    ``step`` (default: the data's scrape interval, at least 1 s), buckets at a coarser step.
+
+    Raises UnusableInput naming the query when the selection holds no vLLM series.
+    """
+    if step is None:
+        interval = client.scrape_interval(matchers, start, end)
+        step = max(1.0, round(interval)) if interval else max(15.0, (end - start) / (MAX_POINTS - 1))
+    extra = "," + matchers if matchers else ""
+    fine_names = _names(("gauge", "counter"), ()) + _names(("histogram",), ("_sum", "_count"))
+    fine = f'{{__name__=~"{_name_regex(fine_names)}"{extra}}}'
+    series = client.query_range(fine, start, end, step)
+    queries = [fine]
+    if not series:
+        shown = f"{{{matchers}}}" if matchers else "(no --selector)"
+        raise UnusableInput(
+            f"--prometheus {client.url}: no vLLM series (vllm:num_requests_running, ...) match {shown} between "
+            f"{_iso(start)} and {_iso(end)}; query was {fine[:60]}...; check --selector and the time range"
+        )
+    # Buckets at a coarse step, its points landing on the first and last fine points.
+    first = min(p[0] for s in series for p in s.points[:1])
+    last = max(p[0] for s in series for p in s.points[-1:])
+    n = max(1, min(BUCKET_POINTS, int((last - first) / step)))
+    bucket_step = (last - first) / n if last > first else step
+    buckets = f'{{__name__=~"{_name_regex(_names(("histogram",), ("_bucket",)))}"{extra}}}'
+    series += client.query_range(buckets, first, last, bucket_step)
+    queries.append(buckets)
+    return RangeRead(series, queries, step, bucket_step)
+
+
+def _iso(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------------------------
+# Series -> per-engine samples
+# --------------------------------------------------------------------------------------------
+
+EngineKey = tuple[str | None, str | None, str | None]  # (instance, model_name, engine)
+
+
+@dataclass
+class _Hist:
+    rank: int
+    sums: dict[float, float]
+    counts: dict[float, float]
+    buckets: dict[float, dict[float, float]]  # t -> {le: cumulative}
+
+
+@dataclass
+class _Engine:
+    values: dict[str, tuple[int, dict[float, float]]]  # field -> (rank, {t: value})
+    hists: dict[str, _Hist]
+    kv_metric: str | None = None
+
+
+def engine_samples(series: Iterable[Series]) -> dict[EngineKey, list[tuple[float, EngineSample]]]:
+    """Per (instance, model_name, engine), the EngineSample at each point in time, in order.
+
+    The same alias table as a scrape (:func:`kvwatch.parse.metrics.match_series`): the newest
+    name present wins, ``vllm:`` before ``ray_vllm:``. Buckets appear only at their own (coarse)
+    points; values absent at a point stay None, never 0.
+    """
+    engines: dict[EngineKey, _Engine] = {}
+    for s in series:
+        name = s.labels.get("__name__", "")
+        match = match_series(name, s.labels)
+        if match is None:
+            continue
+        alias, rank, part = match
+        key = (s.labels.get("instance"), s.labels.get("model_name"), s.labels.get("engine"))
+        eng = engines.setdefault(key, _Engine({}, {}))
+        points = dict(s.points)
+        if alias.kind == "histogram":
+            hist = eng.hists.get(alias.field)
+            if hist is None or rank < hist.rank:
+                hist = eng.hists[alias.field] = _Hist(rank, {}, {}, {})
+            elif rank > hist.rank:
+                continue
+            if part == "_sum":
+                hist.sums = points
+            elif part == "_count":
+                hist.counts = points
+            else:
+                try:
+                    le = float(s.labels.get("le", ""))
+                except ValueError:
+                    continue
+                for t, v in s.points:
+                    hist.buckets.setdefault(t, {})[le] = v
+        elif alias.kind in ("gauge", "counter"):
+            current = eng.values.get(alias.field)
+            if current is None or rank < current[0]:
+                eng.values[alias.field] = (rank, points)
+                if alias.field == "kv_usage_ratio":
+                    eng.kv_metric = name
+    out: dict[EngineKey, list[tuple[float, EngineSample]]] = {}
+    for key, eng in engines.items():
+        times = sorted(
+            {t for _r, pts in eng.values.values() for t in pts} | {t for h in eng.hists.values() for t in h.buckets}
+        )
+        rows = []
+        for t in times:
+            fields: dict[str, Any] = {}
+            for field_name, (_rank, pts) in eng.values.items():
+                value = pts.get(t)
+                if value is not None and math.isfinite(value):
+                    fields[field_name] = value
+            for field_name, h in eng.hists.items():
+                count, total = h.counts.get(t), h.sums.get(t)
+                b = h.buckets.get(t)
+                if b is None and (count is None or total is None):
+                    continue
+                if count is None or total is None:
+                    count = total = None  # a coarse bucket point: its increase is read alone
+                fields[field_name] = HistogramSummary(count, total, tuple(sorted(b.items())) if b else ())
+            if fields:
+                rows.append(
+                    (t, EngineSample(model_name=key[1], engine=key[2], kv_usage_metric=eng.kv_metric, **fields))
+                )
+        out[key] = rows
+    return out
