@@ -203,7 +203,8 @@ def test_markdown_report_is_a_pasteable_table(capsys: pytest.CaptureFixture[str]
     assert code == 0
     assert out.startswith("## ")
     assert "**Verdict: memory-bound**" in out
-    assert "| KV pool | 40,960 tokens in 1 GiB (1,280 blocks) |" in out
+    # the pool's bytes follow --num-gpu-blocks-override: 1,280 of the 32,768 blocks 1 GiB held
+    assert "| KV pool | 40,960 tokens in 40 MiB (1,280 blocks; --num-gpu-blocks-override, vLLM had 1 GiB) |" in out
 
 
 # ---- privacy -------------------------------------------------------------------------------------------

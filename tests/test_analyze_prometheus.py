@@ -30,7 +30,7 @@ from tests.e2e.server import free_port, start_process, stop_process_tree, wait_f
 from tests.test_analyze import run
 
 SEED = FIXTURES / "vllm-cpu-seed"
-SCRAPES = sorted(SEED.glob("metrics-[0-9]*.prom")) + [SEED / "metrics-final.prom"]
+SCRAPES = [*sorted(SEED.glob("metrics-[0-9]*.prom")), SEED / "metrics-final.prom"]
 SHORT = 9  # scrapes the second target replays
 READY_SECONDS = 120.0  # generous: the machine is shared
 
@@ -136,7 +136,8 @@ def test_prometheus_history_matches_the_log_and_scrapes_analysis(
     prometheus_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, files, _ = analyze([str(SEED / "server.log"), *map(str, SCRAPES)], capsys)
-    assert code == 0 and files is not None
+    assert code == 0
+    assert files is not None
     code, doc, err = analyze(["--prometheus", prometheus_url, "--since", "10m", "--selector", '{job="vllm"}'], capsys)
     assert code == 0, err
     assert doc is not None
@@ -151,7 +152,8 @@ def test_prometheus_history_matches_the_log_and_scrapes_analysis(
     (engine,) = doc["engines"]
     assert (engine["source"], engine["engine"], engine["verdict"]) == ("prometheus", "0", "memory_bound")
     prom = doc["evidence"]["prometheus"]
-    assert prom["selector"] == '{job="vllm"}' and prom["step"] == 1.0  # the data's own scrape interval
+    assert prom["selector"] == '{job="vllm"}'
+    assert prom["step"] == 1.0
     assert doc["evidence"]["first_ts"].startswith("20")  # ISO-8601 with the year, from the samples
 
 
@@ -167,7 +169,8 @@ def test_two_targets_in_one_prometheus_are_two_engines_never_summed(
     engines = {e["instance"]: e for e in doc["engines"]}
     assert len(engines) == 2
     code, short_files, _ = analyze(list(map(str, SCRAPES[:SHORT])), capsys)
-    assert code == 0 and short_files is not None
+    assert code == 0
+    assert short_files is not None
     figures = sorted((e["preemptions"], e["requests"]["finished"]) for e in engines.values())
     short = (short_files["preemptions"]["from_metrics"], short_files["requests"]["finished"])
     assert figures == sorted([(14, 46), short])
@@ -181,8 +184,11 @@ def test_a_selector_matching_nothing_is_exit_1_naming_the_query(
     prometheus_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, doc, err = analyze(["--prometheus", prometheus_url, "--since", "10m", "--selector", '{job="nope"}'], capsys)
-    assert code == 1 and doc is None
-    assert err.count("\n") == 1 and 'job="nope"' in err and "Traceback" not in err
+    assert code == 1
+    assert doc is None
+    assert err.count("\n") == 1
+    assert 'job="nope"' in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.prometheus
@@ -246,14 +252,19 @@ def test_bad_answers_are_one_line_errors(
         code, doc, err = analyze(["--prometheus", api.url, "--since", "10m", "--step", "15s"], capsys)
     finally:
         api.stop()
-    assert code == 2 and doc is None
-    assert err.count("\n") == 1 and expected in err and "Traceback" not in err
+    assert code == 2
+    assert doc is None
+    assert err.count("\n") == 1
+    assert expected in err
+    assert "Traceback" not in err
 
 
 def test_an_unreachable_prometheus_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, doc, err = analyze(["--prometheus", f"http://127.0.0.1:{free_port()}", "--since", "10m"], capsys)
-    assert code == 2 and doc is None
-    assert err.count("\n") == 1 and "cannot connect" in err
+    assert code == 2
+    assert doc is None
+    assert err.count("\n") == 1
+    assert "cannot connect" in err
 
 
 @pytest.mark.parametrize(
@@ -269,12 +280,16 @@ def test_an_unreachable_prometheus_is_a_one_line_error(capsys: pytest.CaptureFix
 )
 def test_bad_flags_are_usage_errors(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, doc, err = analyze(["--prometheus", "http://127.0.0.1:9", *argv], capsys)
-    assert code == 2 and doc is None and expected in err and err.count("\n") == 1
+    assert code == 2
+    assert doc is None
+    assert expected in err
+    assert err.count("\n") == 1
 
 
 def test_time_flags_without_prometheus_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _doc, err = analyze([str(SEED / "server.log"), "--since", "1h"], capsys)
-    assert code == 2 and "need --prometheus" in err
+    assert code == 2
+    assert "need --prometheus" in err
 
 
 class LimitedApi:

@@ -51,10 +51,14 @@ def _server_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     cfg, cap = doc["config"], doc["capacity"]
     mc = cap["max_concurrency"]
     pool = _n(cap["kv_cache_tokens"], " tokens")
-    if cap["kv_cache_memory_gib"] is not None:
-        pool += f" in {_n(cap['kv_cache_memory_gib'], ' GiB')}"
+    pool_gib = cap.get("pool_memory_gib", cap["kv_cache_memory_gib"])
+    if pool_gib is not None:
+        # the blocks' bytes: with --num-gpu-blocks-override they are not the memory vLLM had
+        pool += f" in {_n(pool_gib * 1024, ' MiB') if pool_gib < 1 else _n(pool_gib, ' GiB')}"
     if cap["gpu_blocks"] is not None:
-        pool += f" ({_n(cap['gpu_blocks'])} blocks)"
+        overridden = pool_gib is not None and pool_gib != cap["kv_cache_memory_gib"]
+        extra = f"; --num-gpu-blocks-override, vLLM had {_n(cap['kv_cache_memory_gib'], ' GiB')}" if overridden else ""
+        pool += f" ({_n(cap['gpu_blocks'])} blocks{extra})"
     conc = _NA
     if mc["ratio"] is not None:
         conc = f"{_n(mc['ratio'])}x at {_n(mc['tokens_per_request'])} tokens per request"

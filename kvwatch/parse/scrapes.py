@@ -49,9 +49,9 @@ def creation_stamp(text: str) -> float | None:
     ``process_start_time_seconds``; None when the scrape carries neither."""
     created: float | None = None
     start: float | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] == "#":
+    for repaired in repair_exposition(text):  # a pasted scrape (blockquote, table) keeps its stamps
+        line = repaired.text
+        if repaired.skip_reason is not None or not line or line[0] == "#":
             continue
         m = _CREATED.match(line)
         if m:

@@ -661,6 +661,7 @@ def apply_metrics(doc: dict[str, Any], ev: MetricsEvidence | None, inputs: Evide
     """
     first, last = ev.time_span() if ev is not None else (None, None)
     log_first, log_last = doc["stats"]["first_ts"], doc["stats"]["last_ts"]
+    doc["capacity"]["pool_memory_gib"] = pool_memory_gib(doc["capacity"])
     doc["evidence"] = {
         "log_records": doc["records_total"],
         "scrapes": inputs.scrapes,
@@ -707,3 +708,21 @@ def apply_metrics(doc: dict[str, Any], ev: MetricsEvidence | None, inputs: Evide
             diag["summary"] += f"; {from_metrics} preemptions over {finished} finished requests"
         else:
             diag["summary"] += f"; {from_metrics} preemptions"
+
+
+def pool_memory_gib(capacity: dict[str, Any]) -> float | None:
+    """The KV pool's real size in GiB: what vLLM's block count occupies, not the memory it had.
+
+    With ``--num-gpu-blocks-override`` vLLM allocates the override's blocks whatever memory it
+    profiled (vllm/v1/core/kv_cache_utils.py in 0.32.0: may_override_num_blocks replaces the
+    num_blocks that get_kv_cache_config_from_groups computed as available_memory // bytes per
+    block). So one block is kv_cache_memory / computed blocks, and the pool is that x the blocks
+    in use: the seed run's 1 GiB held 32,768 blocks, the override kept 1,280 = 40 MiB.
+    """
+    memory = capacity.get("kv_cache_memory_gib")
+    blocks, computed = capacity.get("gpu_blocks"), capacity.get("computed_gpu_blocks")
+    if not isinstance(memory, int | float):
+        return None
+    if isinstance(blocks, int) and isinstance(computed, int) and computed > 0 and blocks != computed:
+        return round(memory * blocks / computed, 6)
+    return float(memory)
