@@ -172,7 +172,7 @@ def _history(
     client = PrometheusClient(url, bearer_token=token, verify=verify)
     read = read_history(client, matchers, t_start, t_end, step_s)
     timelines = [
-        EngineTimeline(inst, model, engine, "prometheus", tuple(TimedSample(t, s) for t, s in rows))
+        EngineTimeline(inst, model, engine, "prometheus", tuple(map(TimedSample._make, rows)))
         for (inst, model, engine), rows in sorted(
             engine_samples(read.series).items(), key=lambda kv: tuple(str(x) for x in kv[0])
         )
@@ -183,7 +183,7 @@ def _history(
         "start": iso_utc(t_start),
         "end": iso_utc(t_end),
         "step": read.step,
-        "bucket_step": round(read.bucket_step, 3),
+        "coarse_step": round(read.coarse_step, 3),
         "queries": len(read.queries),
         "requests": client.requests_sent,
     }

@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvwatch.parse.histogram import bucket_quantile
 from kvwatch.reconcile.saturation import VERDICT_ORDER, SaturationJudge, verdict
@@ -43,9 +43,12 @@ NOMINAL_INTERVAL_S = 10.0
 EngineKey = tuple[str | None, str | None, str | None]  # (instance, model_name, engine)
 
 
-@dataclass(frozen=True, slots=True)
-class TimedSample:
-    """One look at one engine: when (Unix seconds, None when unknown) and what /metrics said."""
+class TimedSample(NamedTuple):
+    """One look at one engine: when (Unix seconds, None when unknown) and what /metrics said.
+
+    A NamedTuple, like StatsRecord (kvwatch/records.py says why): a day of one engine at 15 s is
+    5,760 of them, built from the (t, sample) pairs a source hands over at C speed.
+    """
 
     t: float | None
     sample: EngineSample
@@ -265,8 +268,8 @@ def _judge(
         if state == "memory_bound":
             if episode is None:
                 episode = {
-                    "start_ts": iso_utc(ts.t),
-                    "end_ts": iso_utc(ts.t),
+                    "start_ts": ts.t,
+                    "end_ts": ts.t,
                     "peak_waiting": 0,
                     "peak_kv_usage_pct": None,
                     "mean_waiting": 0.0,
@@ -276,16 +279,17 @@ def _judge(
                     "source": timeline.source,
                 }
                 episodes.append(episode)
-            episode["end_ts"] = iso_utc(ts.t)
+            episode["end_ts"] = ts.t
             episode["samples"] += 1
             episode["peak_waiting"] = max(episode["peak_waiting"], int(s.waiting or 0))
             episode["mean_waiting"] += s.waiting or 0.0
             if kv_pct is not None and (episode["peak_kv_usage_pct"] is None or kv_pct > episode["peak_kv_usage_pct"]):
                 episode["peak_kv_usage_pct"] = round(kv_pct, 1)
         elif episode is not None:
-            episode["end_ts"] = iso_utc(ts.t)  # it lasts until the sample that shows it over
+            episode["end_ts"] = ts.t  # it lasts until the sample that shows it over
             episode = None
     for ep in episodes:
+        ep["start_ts"], ep["end_ts"] = iso_utc(ep["start_ts"]), iso_utc(ep["end_ts"])
         ep["mean_waiting"] = round(ep["mean_waiting"] / ep["samples"], 1) if ep["samples"] else None
     return _Judged(states, episodes, times_known)
 

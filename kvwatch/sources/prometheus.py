@@ -27,6 +27,7 @@ import itertools
 import math
 import re
 import statistics
+import threading
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,7 +40,9 @@ from kvwatch.parse.metrics import METRIC_ALIASES, PREFIXES, match_series
 from kvwatch.records import EngineSample, HistogramSummary
 
 MAX_POINTS = 11_000  # Prometheus' own limit per series and query (web/api/v1/api.go)
-BUCKET_POINTS = 240  # points over the range at which histogram buckets are read
+# Points over the range at which the increase-only series are read: a 15-minute step over a day.
+# More would only sharpen the bucket quantiles across restarts; it costs transfer and decoding.
+BUCKET_POINTS = 96
 DEFAULT_TIMEOUT_S = 60.0
 
 _TOO_MANY_POINTS = re.compile(r"exceeded maximum resolution|too many points|maximum resolution", re.IGNORECASE)
@@ -150,12 +153,13 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class RangeRead:
-    """What one read of the history gave: the series, the queries sent and the step used."""
+    """What one read of the history gave: the series, the range queries sent (query, start, end,
+    step) and the two steps used."""
 
     series: list[Series]
-    queries: list[str]
+    queries: list[tuple[str, float, float, float]]
     step: float
-    bucket_step: float
+    coarse_step: float
 
 
 class PrometheusClient:
@@ -180,15 +184,27 @@ class PrometheusClient:
             self.session.headers["Authorization"] = f"Bearer {bearer_token}"
         self.timeout = timeout
         self.requests_sent = 0
+        self._lock = threading.Lock()
 
     def _get(self, path: str, params: dict[str, str], query: str) -> Any:
-        """The ``data`` of one API answer; one-line errors naming the query otherwise."""
+        """The ``data`` of one API answer (an object with ``result``); one-line errors otherwise."""
+        data = self._get_values(path, params, query)
+        if not isinstance(data, dict) or "result" not in data:
+            raise UsageError(f"--prometheus {self.url}: the answer to {path} has no data.result; is it Prometheus?")
+        return data
+
+    def _get_values(self, path: str, params: dict[str, str], query: str) -> Any:
+        """The ``data`` of one API answer, whatever its shape; one-line errors naming the query."""
         where = f"{self.url}{path}"
-        self.requests_sent += 1
+        with self._lock:  # query_ranges sends from several threads
+            self.requests_sent += 1
         try:
             # POST with a form body: a fleet-wide name regex can outgrow a URL's length limit,
             # and every Prometheus-compatible API accepts both (the HTTP API docs, "Range queries").
-            response = self.session.post(where, data=params, timeout=self.timeout)
+            if path.startswith("/api/v1/label/"):  # GET only (Prometheus 2.x answers POST with 405)
+                response = self.session.get(where, params=params, timeout=self.timeout)
+            else:
+                response = self.session.post(where, data=params, timeout=self.timeout)
         except requests.exceptions.SSLError:
             raise UsageError(
                 f"--prometheus {self.url}: TLS verification failed; give --ca-file or --insecure"
@@ -227,10 +243,7 @@ class PrometheusClient:
             if _TOO_MANY_POINTS.search(error):
                 raise _TooManyPoints(error)
             raise UsageError(f"--prometheus {self.url}: HTTP {response.status_code} for {query[:120]}: {error[:200]}")
-        data = body.get("data")
-        if not isinstance(data, dict) or "result" not in data:
-            raise UsageError(f"--prometheus {self.url}: the answer to {path} has no data.result; is it Prometheus?")
-        return data
+        return body.get("data")
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list[Series]:
         """All series of ``query`` over [start, end] at ``step``, split to respect MAX_POINTS."""
@@ -260,7 +273,7 @@ class PrometheusClient:
             for item in data["result"]:
                 labels = item.get("metric", {})
                 key = tuple(sorted(labels.items()))
-                points = [(float(ts), float(v)) for ts, v in item.get("values", ())]
+                points = [(ts, float(v)) for ts, v in item.get("values", ())]  # JSON numbers already
                 if key in merged:
                     last = merged[key].points[-1][0] if merged[key].points else -math.inf
                     merged[key].points.extend(p for p in points if p[0] > last)
@@ -268,6 +281,29 @@ class PrometheusClient:
                     merged[key] = Series(labels, points)
             t = stop + step
         return list(merged.values())
+
+    def query_ranges(self, queries: list[tuple[str, float, float, float]], workers: int = 4) -> list[list[Series]]:
+        """Several range queries at once (Prometheus evaluates them in parallel), answers in order."""
+        if len(queries) <= 1:
+            return [self.query_range(*q) for q in queries]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(workers, len(queries))) as pool:
+            return list(pool.map(lambda q: self.query_range(*q), queries))
+
+    def present_names(self, names: list[str], matchers: str, start: float, end: float) -> list[str]:
+        """Which of ``names`` have series matching ``matchers`` in [start, end] (one request to
+        ``/api/v1/label/__name__/values`` with ``match[]``); all of them when the API cannot say."""
+        extra = "," + matchers if matchers else ""
+        match = f'{{__name__=~"{_name_regex(names)}"{extra}}}'
+        try:
+            data = self._get_values(
+                "/api/v1/label/__name__/values", {"match[]": match, "start": _fmt(start), "end": _fmt(end)}, match
+            )
+        except UsageError:
+            return names
+        wanted = set(names)
+        return sorted(n for n in data if isinstance(n, str) and n in wanted)
 
     def scrape_interval(self, matchers: str, start: float, end: float) -> float | None:
         """The data's own scrape interval: the median gap between raw samples of
@@ -293,34 +329,49 @@ def _fmt(t: float) -> str:
 
 
 def read_history(client: PrometheusClient, matchers: str, start: float, end: float, step: float | None) -> RangeRead:
-    """vLLM's series over [start, end]: gauges, counters and histogram ``_sum``/``_count`` at
-    ``step`` (default: the data's scrape interval, at least 1 s), buckets at a coarser step.
+    """vLLM's series over [start, end]: the gauges and the preemption counter at ``step``
+    (default: the data's scrape interval, at least 1 s) for the saturation judgement; the other
+    counters and the histograms (``_bucket``, ``_sum``, ``_count``) at a coarse step, one query
+    per metric name present, as ``max_over_time`` over each coarse step.
 
-    Raises UnusableInput naming the query when the selection holds no vLLM series.
+    Why ``max_over_time``: those series are only used for their increase, and the maximum over a
+    step is the counter's last value before a restart inside that step (vLLM's counters restart
+    at 0 with the process), so the reset-aware increase over the coarse points stays exact unless
+    a step holds two restarts, or a restart whose new process counts past the old one's total
+    within the step. Raises UnusableInput naming the query when the selection holds no vLLM series.
     """
     if step is None:
         interval = client.scrape_interval(matchers, start, end)
         step = max(1.0, round(interval)) if interval else max(15.0, (end - start) / (MAX_POINTS - 1))
-    extra = "," + matchers if matchers else ""
-    fine_names = _names(("gauge", "counter"), ()) + _names(("histogram",), ("_sum", "_count"))
-    fine = f'{{__name__=~"{_name_regex(fine_names)}"{extra}}}'
-    series = client.query_range(fine, start, end, step)
-    queries = [fine]
+    gauges = _names(("gauge",), ())
+    preemptions = [n for n in _names(("counter",), ()) if "num_preemptions" in n]
+    increase_only = [m for m in _names(("counter",), ()) if m not in preemptions]
+    increase_only += _names(("histogram",), ("_bucket", "_sum", "_count"))
+    present = set(client.present_names(gauges + preemptions + increase_only, matchers, start, end))
+    fine_queries = [(f"{name}{{{matchers}}}", start, end, step) for name in gauges + preemptions if name in present]
+    series = [s for batch in client.query_ranges(fine_queries) for s in batch]
     if not series:
         shown = f"{{{matchers}}}" if matchers else "(no --selector)"
+        first_query = f'{{__name__=~"{_name_regex(gauges[:2])}|...",{matchers}}}'
         raise UnusableInput(
-            f"--prometheus {client.url}: no vLLM series (vllm:num_requests_running, ...) match {shown} between "
-            f"{_iso(start)} and {_iso(end)}; query was {fine[:60]}...; check --selector and the time range"
+            f"--prometheus {client.url}: no vLLM series match {shown} between {_iso(start)} and {_iso(end)} "
+            f"(query {first_query}); check --selector and the time range"
         )
-    # Buckets at a coarse step, its points landing on the first and last fine points.
+    # The coarse points land on the first and last fine points, so the increase spans the evidence.
     first = min(p[0] for s in series for p in s.points[:1])
     last = max(p[0] for s in series for p in s.points[-1:])
     n = max(1, min(BUCKET_POINTS, int((last - first) / step)))
-    bucket_step = (last - first) / n if last > first else step
-    buckets = f'{{__name__=~"{_name_regex(_names(("histogram",), ("_bucket",)))}"{extra}}}'
-    series += client.query_range(buckets, first, last, bucket_step)
-    queries.append(buckets)
-    return RangeRead(series, queries, step, bucket_step)
+    coarse_step = (last - first) / n if last > first else step
+    window = f"[{max(1, int(coarse_step * 1000))}ms]"
+    coarse_names = [name for name in increase_only if name in present]
+    coarse_queries = [
+        (f"max_over_time({name}{{{matchers}}}{window})", first, last, coarse_step) for name in coarse_names
+    ]
+    for name, batch in zip(coarse_names, client.query_ranges(coarse_queries), strict=True):
+        for item in batch:
+            item.labels["__name__"] = name  # functions drop the name; one query per name keeps it known
+            series.append(item)
+    return RangeRead(series, fine_queries + coarse_queries, step, coarse_step)
 
 
 def _iso(t: float) -> str:
@@ -393,27 +444,41 @@ def engine_samples(series: Iterable[Series]) -> dict[EngineKey, list[tuple[float
                     eng.kv_metric = name
     out: dict[EngineKey, list[tuple[float, EngineSample]]] = {}
     for key, eng in engines.items():
-        times = sorted(
-            {t for _r, pts in eng.values.values() for t in pts} | {t for h in eng.hists.values() for t in h.buckets}
-        )
-        rows = []
-        for t in times:
-            fields: dict[str, Any] = {}
-            for field_name, (_rank, pts) in eng.values.items():
-                value = pts.get(t)
-                if value is not None and math.isfinite(value):
-                    fields[field_name] = value
-            for field_name, h in eng.hists.items():
-                count, total = h.counts.get(t), h.sums.get(t)
-                b = h.buckets.get(t)
-                if b is None and (count is None or total is None):
-                    continue
-                if count is None or total is None:
-                    count = total = None  # a coarse bucket point: its increase is read alone
-                fields[field_name] = HistogramSummary(count, total, tuple(sorted(b.items())) if b else ())
-            if fields:
-                rows.append(
-                    (t, EngineSample(model_name=key[1], engine=key[2], kv_usage_metric=eng.kv_metric, **fields))
-                )
+        rows: list[tuple[float, EngineSample]] = []
+        fine = {f: pts for f, (_rank, pts) in eng.values.items() if f in _FINE_FIELDS}
+        coarse = {f: pts for f, (_rank, pts) in eng.values.items() if f not in _FINE_FIELDS}
+        # The fine points (saturation) and the coarse ones (increases) stay separate samples: a
+        # fine sample then carries no histogram and a coarse one no gauge, and each reader of
+        # the timeline skips what a sample does not state.
+        for values, hists in ((fine, {}), (coarse, eng.hists)):
+            times = {t for pts in values.values() for t in pts}
+            for h in hists.values():
+                times.update(h.buckets)
+                times.update(h.counts)
+            columns = list(values.items())
+            isfinite = math.isfinite
+            for t in sorted(times):
+                # (runs once per point of every engine: a comprehension, not a loop of ifs)
+                fields: dict[str, Any] = {
+                    name: x for name, pts in columns if (x := pts.get(t)) is not None and isfinite(x)
+                }
+                for field_name, h in hists.items():
+                    count, total = h.counts.get(t), h.sums.get(t)
+                    b = h.buckets.get(t)
+                    if b is None and (count is None or total is None):
+                        continue
+                    if count is None or total is None:
+                        count = total = None  # buckets without _sum/_count at this point: read alone
+                    fields[field_name] = HistogramSummary(count, total, tuple(sorted(b.items())) if b else ())
+                    # (a dozen bounds: sorting each point's few items is cheaper than keeping order)
+                if fields:
+                    rows.append(
+                        (t, EngineSample(model_name=key[1], engine=key[2], kv_usage_metric=eng.kv_metric, **fields))
+                    )
+        rows.sort(key=lambda row: row[0])  # stable: at one instant the fine sample comes first
         out[key] = rows
     return out
+
+
+# Fields read at the full step: what the saturation judgement needs at every sample.
+_FINE_FIELDS = frozenset({a.field for a in METRIC_ALIASES if a.kind == "gauge"} | {"preemptions_total"})
