@@ -159,7 +159,9 @@ def main() -> int:
         read = read_history(client, "", start, end, None)  # warms Prometheus' caches like the runs below
         engines = {s.labels.get("instance") for s in read.series}
         points = sum(len(s.points) for s in read.series)
-        print(f"{len(engines)} engines, {len(read.series)} series, {points:,} points over {HOURS} h; step {read.step:g} s")
+        print(
+            f"{len(engines)} engines, {len(read.series)} series, {points:,} points over {HOURS} h; step {read.step:g} s"
+        )
 
         def baseline() -> float:
             t = time.perf_counter()
@@ -183,7 +185,9 @@ def main() -> int:
 
         base = statistics.median(baseline() for _ in range(args.runs))
         cmd = statistics.median(command() for _ in range(args.runs))
-        print(f"baseline ({len(read.queries)} range queries, fetched and decoded): {base:.2f} s (median of {args.runs})")
+        print(
+            f"baseline ({len(read.queries)} range queries, fetched and decoded): {base:.2f} s (median of {args.runs})"
+        )
         print(f"kvwatch analyze --prometheus, whole command:           {cmd:.2f} s (median of {args.runs})")
         print(f"ratio {cmd / base:.2f}x; target < {TARGET_SECONDS:g} s: {'met' if cmd < TARGET_SECONDS else 'MISSED'}")
         return 0 if cmd < TARGET_SECONDS else 1
