@@ -52,7 +52,9 @@ def test_the_bundled_example_with_its_scrapes_gives_vllms_own_counts(capsys: pyt
     assert "14 of 46 requests were preempted" in doc["diagnosis"]["summary"]
     assert doc["evidence"]["scrapes"] == 20
     assert doc["evidence"]["log_records"] == doc["records_total"] > 0
-    assert [e["source"] for e in doc["engines"]] == ["metrics", "log"]
+    (engine,) = doc["engines"]  # the log's engine 0 and the scrapes' engine 0 are one engine
+    assert (engine["source"], engine["engine"], engine["verdict"]) == ("metrics+log", "0", "memory_bound")
+    assert (engine["log"]["samples"], engine["samples"]) == (21, 20)
 
 
 def test_the_scrapes_alone_give_the_same_preemptions_and_request_sizes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -657,6 +657,36 @@ def _log_engines(doc: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def join_engines(metric_engines: list[dict[str, Any]], log_engines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (instance, model, engine): a log's engine joins the saved scrapes' engine
+    of the same number and model (the scrapes name no instance, nor does one server's log).
+
+    The joined entry keeps the metrics' figures, adds the log's under ``log``, and takes the
+    verdict earlier in VERDICT_ORDER, each judged by the one saturation definition.
+    """
+    out = [dict(e) for e in metric_engines]
+    for log in log_engines:
+        match = next(
+            (
+                e
+                for e in out
+                if e["source"] == "metrics"
+                and e["engine"] == (log["engine"] if log["engine"] is not None else "0")
+                and (log["model_name"] is None or e["model_name"] in (None, log["model_name"]))
+                and "log" not in e
+            ),
+            None,
+        )
+        if match is None:
+            out.append(log)
+            continue
+        match["log"] = {k: v for k, v in log.items() if k not in ("engine", "model_name", "source")}
+        match["source"] = "metrics+log"
+        if _verdict_rank(log["verdict"]) < _verdict_rank(match["verdict"]):
+            match["verdict"] = log["verdict"]
+    return out
+
+
 def apply_metrics(doc: dict[str, Any], ev: MetricsEvidence | None, inputs: EvidenceInputs) -> None:
     """Fill the metrics keys of an analyze document built from the logs (in place).
 
@@ -690,7 +720,7 @@ def apply_metrics(doc: dict[str, Any], ev: MetricsEvidence | None, inputs: Evide
         prefix = {"hit_pct": hit, "source": "log" if hit is not None else None}
     doc["prefix_cache"] = prefix
     metric_engines = ev.engines() if ev is not None else []
-    doc["engines"] = metric_engines + _log_engines(doc)
+    doc["engines"] = join_engines(metric_engines, _log_engines(doc))
     if ev is not None:
         doc["saturation"]["metrics_episodes"] = ev.episodes()
         doc["saturation"]["memory_bound_samples"] = ev.memory_bound_samples()
