@@ -206,3 +206,26 @@ def test_golden_document_and_report(paths: list[Path], name: str, capsys: pytest
         text_path.write_text(text)
     assert doc == json.loads(json_path.read_text())
     assert text == text_path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("stamps", "created", "mtime", "expected", "source"),
+    [
+        (["--11-29T14:45:07"], 1_795_963_486.0, None, ["2026-11-29T14:45:07"], "scrapes' _created stamps"),
+        # a log across New Year, written until 2027-01-01: December is the year before
+        (["--12-31T23:59:50", "--01-01T00:00:10"], None, 1_798_761_700.0,
+         ["2026-12-31T23:59:50", "2027-01-01T00:00:10"], "the log file's modification time"),
+        (["2026-11-29T14:45:07Z"], None, 1_798_761_700.0, ["2026-11-29T14:45:07Z"], None),  # had its year
+        (["--11-29T14:45:07"], None, None, ["--11-29T14:45:07"], None),  # stdin: nothing to infer from
+    ],
+    ids=["from-created", "across-new-year-from-mtime", "transport-stamp-kept", "unknown"],
+)  # fmt: skip
+def test_year_less_stamps_get_their_year_and_say_from_where(
+    stamps: list[str], created: float | None, mtime: float | None, expected: list[str], source: str | None
+) -> None:
+    from kvwatch.reconcile.evidence import infer_years
+
+    doc: dict[str, Any] = {"stats": {"stamps": stamps}, "evidence": {}}
+    infer_years(doc, created=created, log_mtime=mtime)
+    assert doc["stats"]["stamps"] == expected
+    assert doc["evidence"]["year_inferred_from"] == source

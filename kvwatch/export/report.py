@@ -85,6 +85,9 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = [("server starts", _n(doc["runs"]))]
     if st["count"]:
         span = f"{_t(st['first_ts'])} .. {_t(st['last_ts'])}"
+        inferred = (doc.get("evidence") or {}).get("year_inferred_from")
+        if inferred:  # vLLM's own stamps have no year: say where it came from
+            span += f"; year from {inferred}"
         rows.append(("stats records", f"{st['count']:,} ({span})"))
         mx = st["max"]
         rows.append(

@@ -11,6 +11,7 @@ or sums percentages across engines. Values the log does not state stay null; not
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from kvwatch.reconcile.evidence import (
     MetricsEvidence,
     ScrapeReading,
     apply_metrics,
+    infer_years,
     metrics_evidence,
     scrape_timelines,
 )
@@ -635,4 +637,8 @@ def analyze_paths(
     if all_timelines:
         metrics = metrics_evidence(all_timelines, max_num_seqs=analysis._max_num_seqs)
     inputs = EvidenceInputs(scrapes=len(readings), prometheus=prometheus, time_source=time_source)
-    return analysis.document(model, (metrics, inputs))
+    doc = analysis.document(model, (metrics, inputs))
+    created = [r.created for r in readings if r.created is not None]
+    mtimes = [os.path.getmtime(p) for p in log_paths if p != "-" and os.path.isfile(p)]
+    infer_years(doc, created=min(created) if created else None, log_mtime=max(mtimes) if mtimes else None)
+    return doc

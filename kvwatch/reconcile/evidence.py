@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -760,3 +761,63 @@ def pool_memory_gib(capacity: dict[str, Any]) -> float | None:
     if isinstance(blocks, int) and isinstance(computed, int) and computed > 0 and blocks != computed:
         return round(memory * blocks / computed, 6)
     return float(memory)
+
+
+# --------------------------------------------------------------------------------------------
+# Years for year-less log stamps
+# --------------------------------------------------------------------------------------------
+
+_YEARLESS = re.compile(r"^--(\d\d)-(\d\d)(T.*)$")
+
+
+def _with_year(month: int, day: int, reference: datetime, *, after: bool) -> int | None:
+    """The year that puts MM-DD nearest ``reference`` on the side it must lie (a day's slack for
+    time zones): after the process start, or before the file was last written."""
+    for year in (reference.year, reference.year - 1, reference.year + 1):
+        try:
+            stamp = datetime(year, month, day, tzinfo=UTC)
+        except ValueError:  # 02-29 outside a leap year
+            continue
+        delta = (stamp - reference).total_seconds()
+        if (after and -86400 <= delta < 330 * 86400) or (not after and -330 * 86400 < delta <= 86400):
+            return year
+    return None
+
+
+def infer_years(doc: dict[str, Any], *, created: float | None, log_mtime: float | None) -> None:
+    """Give the document's year-less log stamps (vLLM prints ``MM-DD HH:MM:SS``) their year, in place.
+
+    From the scrapes' ``_created`` stamps when given (the serving process started then, so its
+    log lines come after), else from the log file's modification time (its lines were written
+    before). ``evidence.year_inferred_from`` says which; stamps that already had a year (a
+    docker/kubectl RFC 3339 prefix) are left alone, and nothing changes when neither is known.
+    """
+    if created is not None:
+        reference, after, source = datetime.fromtimestamp(created, UTC), True, "scrapes' _created stamps"
+    elif log_mtime is not None:
+        reference, after, source = datetime.fromtimestamp(log_mtime, UTC), False, "the log file's modification time"
+    else:
+        doc["evidence"]["year_inferred_from"] = None
+        return
+    changed = False
+
+    def fix(value: Any) -> Any:
+        nonlocal changed
+        if isinstance(value, str):
+            m = _YEARLESS.match(value)
+            if m:
+                year = _with_year(int(m.group(1)), int(m.group(2)), reference, after=after)
+                if year is not None:
+                    changed = True
+                    return f"{year:04d}-{m.group(1)}-{m.group(2)}{m.group(3)}"
+            return value
+        if isinstance(value, dict):
+            return {k: fix(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        return value
+
+    for key in list(doc):
+        if key not in ("inputs", "config", "errors"):  # vLLM's own text and paths stay as written
+            doc[key] = fix(doc[key])
+    doc["evidence"]["year_inferred_from"] = source if changed else None
