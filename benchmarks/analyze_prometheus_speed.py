@@ -153,10 +153,14 @@ def main() -> int:
                 pass
             time.sleep(0.5)
         start, end = T0, T0 + HOURS * 3600
+        from kvwatch.parse.series import query_names
         from kvwatch.sources.prometheus import PrometheusClient, read_history
 
         client = PrometheusClient(url)
-        read = read_history(client, "", start, end, None)  # warms Prometheus' caches like the runs below
+        names = query_names()
+        read = read_history(
+            client, "", start, end, None, fine_names=names.fine, increase_names=names.increase, probe_names=names.probe
+        )  # warms Prometheus' caches like the runs below
         engines = {s.labels.get("instance") for s in read.series}
         points = sum(len(s.points) for s in read.series)
         print(

@@ -369,7 +369,7 @@ def test_a_server_with_a_lower_point_limit_gets_halved_chunks(capsys: pytest.Cap
 
 
 def test_every_prefix_and_old_name_of_the_table_is_asked_for() -> None:
-    from kvwatch.sources.prometheus import _names
+    from kvwatch.parse.series import names_of as _names
 
     names = set(_names(("gauge", "counter"), ()))
     assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "ray_vllm:num_preemptions"} <= names

@@ -138,9 +138,9 @@ def _history(
     insecure: bool,
 ) -> tuple[list[EngineTimeline], dict[str, Any]]:
     """Prometheus history as engine timelines, and the ``evidence.prometheus`` description."""
+    from kvwatch.parse.series import engine_samples, query_names
     from kvwatch.sources.prometheus import (
         PrometheusClient,
-        engine_samples,
         parse_duration,
         parse_time,
         read_history,
@@ -170,7 +170,17 @@ def _history(
             raise UsageError(f"--ca-file {ca_file}: no such file; give a PEM CA bundle, or --insecure")
         verify = str(ca_file)
     client = PrometheusClient(url, bearer_token=token, verify=verify)
-    read = read_history(client, matchers, t_start, t_end, step_s)
+    names = query_names()
+    read = read_history(
+        client,
+        matchers,
+        t_start,
+        t_end,
+        step_s,
+        fine_names=names.fine,
+        increase_names=names.increase,
+        probe_names=names.probe,
+    )
     timelines = [
         EngineTimeline(inst, model, engine, "prometheus", tuple(map(TimedSample._make, rows)))
         for (inst, model, engine), rows in sorted(

@@ -608,13 +608,14 @@ def analyze_paths(
     the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
     """
     from kvwatch.parse.metrics import parse_exposition
-    from kvwatch.parse.scrapes import creation_stamp
+    from kvwatch.parse.scrapes import creation_stamp, looks_like_exposition
     from kvwatch.sources.files import check_path, iter_logs, paused_gc  # local: importable without I/O
-    from kvwatch.sources.saved_scrapes import is_scrape, read_scrape
+    from kvwatch.sources.saved_scrapes import read_head, read_scrape
 
     for path in paths:
         check_path(path)
-    scrape_paths = [p for p in paths if is_scrape(p)]
+    heads = {p: read_head(p) for p in paths}
+    scrape_paths = [p for p in paths if (head := heads[p]) is not None and looks_like_exposition(head)]
     log_paths = [p for p in paths if p not in scrape_paths]
     analysis = Analysis()
     with paused_gc():

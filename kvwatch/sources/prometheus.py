@@ -2,10 +2,10 @@
 
 ``/api/v1/query_range`` and ``/api/v1/query`` are the same on Prometheus, Thanos, Mimir and
 VictoriaMetrics (https://prometheus.io/docs/prometheus/latest/querying/api/). A fleet-wide
-selection stays one pass: one query per *group* of metric names (a ``__name__`` regex built from
-the one name table, kvwatch.parse.metrics.METRIC_ALIASES, with every prefix and old name), never one
-per pod; every series comes back with its labels and is split by (instance, model_name, engine)
-on this side.
+selection stays one pass: one query per metric name present (the names, every prefix and old
+name, come from the one name table through kvwatch.parse.series.query_names, handed in by the
+wiring), never one per pod; every series comes back with its labels and is split by (instance,
+model_name, engine) by kvwatch.parse.series.engine_samples.
 
 Limits of the API, respected rather than hit:
 
@@ -29,15 +29,12 @@ import re
 import statistics
 import threading
 import urllib.parse
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 
 from kvwatch.errors import UnusableInput, UsageError
-from kvwatch.parse.metrics import METRIC_ALIASES, PREFIXES, match_series
-from kvwatch.records import EngineSample, HistogramSummary
 
 MAX_POINTS = 11_000  # Prometheus' own limit per series and query (web/api/v1/api.go)
 # Points over the range at which the increase-only series are read: a 15-minute step over a day.
@@ -113,29 +110,6 @@ def selector_matchers(selector: str | None) -> str:
                 )
             pos += 1
     return ",".join(parts)
-
-
-# --------------------------------------------------------------------------------------------
-# Which names to ask for
-# --------------------------------------------------------------------------------------------
-
-
-def _names(kinds: Iterable[str], histogram_parts: tuple[str, ...]) -> list[str]:
-    names: list[str] = []
-    wanted = set(kinds)
-    for alias in METRIC_ALIASES:
-        if alias.kind not in wanted:
-            continue
-        for stem in alias.stems:
-            for prefix, _why in PREFIXES:
-                base = prefix + stem
-                if alias.kind == "counter":
-                    names += [base + "_total", base]  # Ray's older exporter drops _total
-                elif alias.kind == "histogram":
-                    names += [base + part for part in histogram_parts]
-                else:
-                    names.append(base)
-    return sorted(set(names))
 
 
 def _name_regex(names: list[str]) -> str:
@@ -305,11 +279,11 @@ class PrometheusClient:
         wanted = set(names)
         return sorted(n for n in data if isinstance(n, str) and n in wanted)
 
-    def scrape_interval(self, matchers: str, start: float, end: float) -> float | None:
-        """The data's own scrape interval: the median gap between raw samples of
-        ``num_requests_running`` in the last hour of the range (None when it has none)."""
+    def scrape_interval(self, names_of: list[str], matchers: str, start: float, end: float) -> float | None:
+        """The data's own scrape interval: the median gap between raw samples of the series
+        ``names_of`` (a gauge every scrape has) in the last hour of the range (None when none)."""
         window = min(end - start, 3600.0)
-        names = _name_regex([p + "num_requests_running" for p, _why in PREFIXES])
+        names = _name_regex(names_of)
         sel = f'{{__name__=~"{names}"{"," + matchers if matchers else ""}}}'
         query = f"{sel}[{math.ceil(window)}s]"
         data = self._get("/api/v1/query", {"query": query, "time": _fmt(end)}, query)
@@ -328,7 +302,17 @@ def _fmt(t: float) -> str:
     return f"{t:.3f}".rstrip("0").rstrip(".")
 
 
-def read_history(client: PrometheusClient, matchers: str, start: float, end: float, step: float | None) -> RangeRead:
+def read_history(
+    client: PrometheusClient,
+    matchers: str,
+    start: float,
+    end: float,
+    step: float | None,
+    *,
+    fine_names: list[str],
+    increase_names: list[str],
+    probe_names: list[str],
+) -> RangeRead:
     """vLLM's series over [start, end]: the gauges and the preemption counter at ``step``
     (default: the data's scrape interval, at least 1 s) for the saturation judgement; the other
     counters and the histograms (``_bucket``, ``_sum``, ``_count``) at a coarse step, one query
@@ -341,18 +325,15 @@ def read_history(client: PrometheusClient, matchers: str, start: float, end: flo
     within the step. Raises UnusableInput naming the query when the selection holds no vLLM series.
     """
     if step is None:
-        interval = client.scrape_interval(matchers, start, end)
+        interval = client.scrape_interval(probe_names, matchers, start, end)
         step = max(1.0, round(interval)) if interval else max(15.0, (end - start) / (MAX_POINTS - 1))
-    gauges = _names(("gauge",), ())
-    preemptions = [n for n in _names(("counter",), ()) if "num_preemptions" in n]
-    increase_only = [m for m in _names(("counter",), ()) if m not in preemptions]
-    increase_only += _names(("histogram",), ("_bucket", "_sum", "_count"))
-    present = set(client.present_names(gauges + preemptions + increase_only, matchers, start, end))
-    fine_queries = [(f"{name}{{{matchers}}}", start, end, step) for name in gauges + preemptions if name in present]
+    increase_only = increase_names
+    present = set(client.present_names(fine_names + increase_only, matchers, start, end))
+    fine_queries = [(f"{name}{{{matchers}}}", start, end, step) for name in fine_names if name in present]
     series = [s for batch in client.query_ranges(fine_queries) for s in batch]
     if not series:
         shown = f"{{{matchers}}}" if matchers else "(no --selector)"
-        first_query = f'{{__name__=~"{_name_regex(gauges[:2])}|...",{matchers}}}'
+        first_query = f'{{__name__=~"{_name_regex(fine_names[:2])}|...",{matchers}}}'
         raise UnusableInput(
             f"--prometheus {client.url}: no vLLM series match {shown} between {_iso(start)} and {_iso(end)} "
             f"(query {first_query}); check --selector and the time range"
@@ -378,107 +359,3 @@ def _iso(t: float) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --------------------------------------------------------------------------------------------
-# Series -> per-engine samples
-# --------------------------------------------------------------------------------------------
-
-EngineKey = tuple[str | None, str | None, str | None]  # (instance, model_name, engine)
-
-
-@dataclass
-class _Hist:
-    rank: int
-    sums: dict[float, float]
-    counts: dict[float, float]
-    buckets: dict[float, dict[float, float]]  # t -> {le: cumulative}
-
-
-@dataclass
-class _Engine:
-    values: dict[str, tuple[int, dict[float, float]]]  # field -> (rank, {t: value})
-    hists: dict[str, _Hist]
-    kv_metric: str | None = None
-
-
-def engine_samples(series: Iterable[Series]) -> dict[EngineKey, list[tuple[float, EngineSample]]]:
-    """Per (instance, model_name, engine), the EngineSample at each point in time, in order.
-
-    The same alias table as a scrape (:func:`kvwatch.parse.metrics.match_series`): the newest
-    name present wins, ``vllm:`` before ``ray_vllm:``. Buckets appear only at their own (coarse)
-    points; values absent at a point stay None, never 0.
-    """
-    engines: dict[EngineKey, _Engine] = {}
-    for s in series:
-        name = s.labels.get("__name__", "")
-        match = match_series(name, s.labels)
-        if match is None:
-            continue
-        alias, rank, part = match
-        key = (s.labels.get("instance"), s.labels.get("model_name"), s.labels.get("engine"))
-        eng = engines.setdefault(key, _Engine({}, {}))
-        points = dict(s.points)
-        if alias.kind == "histogram":
-            hist = eng.hists.get(alias.field)
-            if hist is None or rank < hist.rank:
-                hist = eng.hists[alias.field] = _Hist(rank, {}, {}, {})
-            elif rank > hist.rank:
-                continue
-            if part == "_sum":
-                hist.sums = points
-            elif part == "_count":
-                hist.counts = points
-            else:
-                try:
-                    le = float(s.labels.get("le", ""))
-                except ValueError:
-                    continue
-                for t, v in s.points:
-                    hist.buckets.setdefault(t, {})[le] = v
-        elif alias.kind in ("gauge", "counter"):
-            current = eng.values.get(alias.field)
-            if current is None or rank < current[0]:
-                eng.values[alias.field] = (rank, points)
-                if alias.field == "kv_usage_ratio":
-                    eng.kv_metric = name
-    out: dict[EngineKey, list[tuple[float, EngineSample]]] = {}
-    for key, eng in engines.items():
-        rows: list[tuple[float, EngineSample]] = []
-        fine = {f: pts for f, (_rank, pts) in eng.values.items() if f in _FINE_FIELDS}
-        coarse = {f: pts for f, (_rank, pts) in eng.values.items() if f not in _FINE_FIELDS}
-        # The fine points (saturation) and the coarse ones (increases) stay separate samples: a
-        # fine sample then carries no histogram and a coarse one no gauge, and each reader of
-        # the timeline skips what a sample does not state.
-        for values, hists in ((fine, {}), (coarse, eng.hists)):
-            times = {t for pts in values.values() for t in pts}
-            for h in hists.values():
-                times.update(h.buckets)
-                times.update(h.counts)
-            columns = list(values.items())
-            isfinite = math.isfinite
-            for t in sorted(times):
-                # (runs once per point of every engine: a comprehension, not a loop of ifs)
-                fields: dict[str, Any] = {
-                    name: x for name, pts in columns if (x := pts.get(t)) is not None and isfinite(x)
-                }
-                for field_name, h in hists.items():
-                    count, total = h.counts.get(t), h.sums.get(t)
-                    b = h.buckets.get(t)
-                    if b is None and (count is None or total is None):
-                        continue
-                    if count is None or total is None:
-                        count = total = None  # buckets without _sum/_count at this point: read alone
-                    fields[field_name] = HistogramSummary(count, total, tuple(sorted(b.items())) if b else ())
-                    # (a dozen bounds: sorting each point's few items is cheaper than keeping order)
-                if fields:
-                    rows.append(
-                        (t, EngineSample(model_name=key[1], engine=key[2], kv_usage_metric=eng.kv_metric, **fields))
-                    )
-        rows.sort(key=lambda row: row[0])  # stable: at one instant the fine sample comes first
-        out[key] = rows
-    return out
-
-
-# Fields read at the full step: what the saturation judgement needs at every sample.
-_FINE_FIELDS = frozenset({a.field for a in METRIC_ALIASES if a.kind == "gauge"} | {"preemptions_total"})

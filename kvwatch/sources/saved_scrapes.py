@@ -1,7 +1,7 @@
 """Saved ``/metrics`` scrapes among ``analyze``'s inputs: recognised by content, read whole.
 
-A scrape is small (tens of KB), so it is read at once; only its head is sniffed to tell it from a
-log, so a multi-GB log costs one 256 KiB read here. gzip is recognised by its magic bytes, like
+A scrape is small (tens of KB), so it is read at once; only its head is handed out to tell it from
+a log, so a multi-GB log costs one 256 KiB read here. gzip is recognised by its magic bytes, like
 logs (kvwatch.sources.files).
 """
 
@@ -13,7 +13,6 @@ import zlib
 from dataclasses import dataclass
 
 from kvwatch.errors import UsageError
-from kvwatch.parse.scrapes import looks_like_exposition
 
 SNIFF_BYTES = 256 << 10
 MAX_SCRAPE_BYTES = 64 << 20  # a scrape larger than this is not a /metrics page of one server
@@ -42,17 +41,18 @@ def _head(path: str) -> bytes:
         return fh.read(SNIFF_BYTES)
 
 
-def is_scrape(path: str) -> bool:
-    """Whether the file at ``path`` holds a vLLM /metrics exposition (False for ``-`` and logs)."""
+def read_head(path: str) -> str | None:
+    """The first SNIFF_BYTES of a file as text (gzip undone), for telling a scrape from a log
+    (kvwatch.parse.scrapes.looks_like_exposition); None for ``-``, binary or unreadable files."""
     if path == "-" or not os.path.isfile(path):
-        return False
+        return None
     try:
         head = _head(path)
     except OSError:
-        return False  # unreadable: the log reader gives the one-line error
+        return None  # unreadable: the log reader gives the one-line error
     if not head.strip() or b"\x00" in head[:4096]:
-        return False
-    return looks_like_exposition(head.decode("utf-8", errors="replace"))
+        return None
+    return head.decode("utf-8", errors="replace")
 
 
 def read_scrape(path: str) -> SavedScrape:
