@@ -537,7 +537,7 @@ def metrics_summary(ev: MetricsEvidence, verdict_name: str) -> str:
     req = ev.requests()
     if pre is not None:
         finished = req["finished"] if req else None
-        parts.append(f"{pre} preemptions" + (f" over {finished} finished requests" if finished is not None else ""))
+        parts.append(f"{pre:,} preemptions" + (f" over {finished:,} finished requests" if finished is not None else ""))
     if req and req["prompt_tokens"]["mean"] is not None and req["generation_tokens"]["mean"] is not None:
         parts.append(
             f"requests averaged {req['prompt_tokens']['mean']:,.0f} prompt + "
@@ -738,11 +738,11 @@ def apply_metrics(doc: dict[str, Any], ev: MetricsEvidence | None, inputs: Evide
         finished = req["finished"] if req else None
         preempted = req["preempted"] if req else None
         if preempted is not None and finished:
-            diag["summary"] += f"; {preempted} of {finished} requests were preempted and recomputed"
+            diag["summary"] += f"; {preempted:,} of {finished:,} requests were preempted and recomputed"
         elif finished:
-            diag["summary"] += f"; {from_metrics} preemptions over {finished} finished requests"
+            diag["summary"] += f"; {from_metrics:,} preemptions over {finished:,} finished requests"
         else:
-            diag["summary"] += f"; {from_metrics} preemptions"
+            diag["summary"] += f"; {from_metrics:,} preemptions"
 
 
 def pool_memory_gib(capacity: dict[str, Any]) -> float | None:

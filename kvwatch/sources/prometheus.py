@@ -333,7 +333,8 @@ def read_history(
     series = [s for batch in client.query_ranges(fine_queries) for s in batch]
     if not series:
         shown = f"{{{matchers}}}" if matchers else "(no --selector)"
-        first_query = f'{{__name__=~"{_name_regex(fine_names[:2])}|...",{matchers}}}'
+        probe = next((n for n in fine_names if n.endswith(":num_requests_running")), fine_names[0])
+        first_query = f"{probe}{{{matchers}}} and {len(fine_names) - 1} other names"
         raise UnusableInput(
             f"--prometheus {client.url}: no vLLM series match {shown} between {_iso(start)} and {_iso(end)} "
             f"(query {first_query}); check --selector and the time range"
