@@ -229,3 +229,20 @@ def test_year_less_stamps_get_their_year_and_say_from_where(
     infer_years(doc, created=created, log_mtime=mtime)
     assert doc["stats"]["stamps"] == expected
     assert doc["evidence"]["year_inferred_from"] == source
+
+
+def test_distinct_modification_times_time_the_scrapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Saved 10 s apart, as the seed run's scraper did: the samples carry those times (ISO, with year).
+    paths = []
+    for i, path in enumerate(SCRAPES):
+        target = tmp_path / path.name
+        target.write_bytes(path.read_bytes())
+        os.utime(target, (1_795_963_499.0 + 10 * i, 1_795_963_499.0 + 10 * i))
+        paths.append(target)
+    doc = doc_of(paths, capsys)
+    assert doc["evidence"]["metrics_time_source"] == "mtime"
+    assert doc["evidence"]["first_ts"] == "2026-11-29T14:44:59Z"
+    assert doc["evidence"]["last_ts"] == "2026-11-29T14:48:09Z"
+    (episode,) = doc["saturation"]["metrics_episodes"]
+    assert episode["start_ts"] is not None
+    assert episode["start_ts"].startswith("2026-11-29T14:4")

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -374,3 +375,40 @@ def test_every_prefix_and_old_name_of_the_table_is_asked_for() -> None:
     names = set(_names(("gauge", "counter"), ()))
     assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "ray_vllm:num_preemptions"} <= names
     assert {"ray_vllm_num_requests_running", "vllm:num_preemptions_total", "vllm:gpu_prefix_cache_hits_total"} <= names
+
+
+def test_the_bearer_token_file_is_sent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    seen: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            body = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    try:
+        code, _doc, err = analyze(
+            ["--prometheus", f"http://127.0.0.1:{server.server_address[1]}", "--since", "5m", "--bearer-token-file",
+             str(token)],
+            capsys,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 1, err  # an empty answer: nothing matches, exit 1
+    assert seen
+    assert set(seen) == {"Bearer s3cret"}
+    assert "s3cret" not in err  # the token never reaches a message
