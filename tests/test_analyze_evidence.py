@@ -246,3 +246,52 @@ def test_distinct_modification_times_time_the_scrapes(tmp_path: Path, capsys: py
     (episode,) = doc["saturation"]["metrics_episodes"]
     assert episode["start_ts"] is not None
     assert episode["start_ts"].startswith("2026-11-29T14:4")
+
+
+REAL_SCRAPES = sorted(
+    p
+    for root in (FIXTURES / "real" / "metrics", FIXTURES / "real-extra-metrics")
+    for p in root.iterdir()
+    if p.suffix == ".prom"
+)
+REAL_LOGS = sorted(
+    p for root in (FIXTURES / "real" / "logs", FIXTURES / "real-extra") for p in root.rglob("*") if p.suffix == ".log"
+)
+
+
+@pytest.mark.parametrize("path", REAL_SCRAPES, ids=[p.stem for p in REAL_SCRAPES])
+def test_every_real_pasted_scrape_is_recognised_as_one(path: Path) -> None:
+    from kvwatch.parse.scrapes import looks_like_exposition
+    from kvwatch.sources.saved_scrapes import read_head
+
+    head = read_head(str(path))
+    assert head is not None
+    assert looks_like_exposition(head)
+
+
+def test_no_real_log_is_taken_for_a_scrape() -> None:
+    from kvwatch.parse.scrapes import looks_like_exposition
+    from kvwatch.sources.saved_scrapes import read_head
+
+    assert len(REAL_LOGS) > 50
+    taken = [p.name for p in REAL_LOGS if (h := read_head(str(p))) is not None and looks_like_exposition(h)]
+    assert taken == []
+
+
+def test_a_scrape_with_no_engine_series_is_exit_1_naming_the_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    # a real paste of HELP/TYPE lines only (vLLM 0.5.4): read, recognised, but nothing to count
+    code, _out, err = analyze([FIXTURES / "real" / "metrics" / "103-v054-help-type-only-no-samples.prom"], capsys)
+    assert code == 1
+    assert err.count("\n") == 1
+    assert "no per-engine vLLM series" in err
+
+
+@pytest.mark.parametrize("path", REAL_SCRAPES, ids=[p.stem for p in REAL_SCRAPES])
+def test_every_real_scrape_analyzes_without_a_traceback(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = analyze([path], capsys)
+    assert code in (0, 1), err
+    assert "Traceback" not in err
+    if code == 0:
+        doc = json.loads(out)
+        assert doc["evidence"]["scrapes"] == 1
+        assert doc["evidence"]["metrics_samples"] >= 1

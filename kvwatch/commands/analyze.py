@@ -116,7 +116,14 @@ def analyze(
         text = render_text(doc)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-    if doc["records_total"] == 0 and not doc["evidence"]["scrapes"] and not doc["evidence"]["metrics_samples"]:
+    if doc["records_total"] == 0 and doc["evidence"]["scrapes"] and not doc["evidence"]["metrics_samples"]:
+        print(
+            f"kvwatch: error: {', '.join(paths)}: no vLLM log lines, and the scrapes hold no per-engine vLLM "
+            "series (vllm:num_requests_running, ...); save the whole /metrics: curl http://HOST:8000/metrics",
+            file=sys.stderr,
+        )
+        raise typer.Exit(1)
+    if doc["records_total"] == 0 and not doc["evidence"]["metrics_samples"]:
         names = ", ".join(p for p in paths)
         print(
             f"kvwatch: error: {names}: no vLLM log lines found; pass the server's own output "

@@ -3,8 +3,9 @@
 ``kvwatch analyze`` takes logs and saved scrapes in one list, by any name, so each input is
 recognised by its content. A scrape is a text whose readable lines (after the same paste repair
 :func:`kvwatch.parse.metrics.repair_exposition` applies: blockquotes, Markdown tables, fences)
-are mostly vLLM samples and HELP/TYPE comments; a log that merely quotes a few samples stays a
-log, since its vLLM log lines outnumber them.
+are mostly vLLM samples and HELP/TYPE comments -- one is enough when nothing else reads as a log,
+since issue threads paste a single ``vllm:cache_config_info`` line; a log that merely quotes a few
+samples stays a log, since its vLLM log lines outnumber them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import re
 
 from kvwatch.parse.metrics import repair_exposition, split_prefix
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+\S+")
+# A sample: a name, then labels (possibly elided with "...", value cut off) or a value.
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{|\s+\S)")
 _COMMENT = re.compile(r"^#\s*(HELP|TYPE)\s+([a-zA-Z_:][a-zA-Z0-9_:]*)")
 # A vLLM log record: level and vLLM's MM-DD stamp, or the glog-style prefix of its workers.
 _LOG_LINE = re.compile(r"\b(INFO|WARNING|ERROR|DEBUG|CRITICAL)\b\s+\d\d-\d\d\s|^[IWEF]\d{4}\s\d\d:")
@@ -41,7 +43,7 @@ def looks_like_exposition(text: str) -> bool:
             name = sample.group(1) if sample else None
         if name is not None and split_prefix(name) is not None:
             vllm_lines += 1
-    return vllm_lines >= 3 and vllm_lines > 2 * log_lines
+    return vllm_lines >= 1 and vllm_lines > 2 * log_lines
 
 
 def creation_stamp(text: str) -> float | None:
