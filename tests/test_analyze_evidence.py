@@ -65,6 +65,8 @@ def test_the_scrapes_alone_give_the_same_preemptions_and_request_sizes(capsys: p
     assert alone["diagnosis"]["verdict"] == "memory_bound"  # judged from the scrape samples
     assert alone["saturation"]["memory_bound_samples"] > 2
     assert alone["evidence"]["log_records"] == 0
+    # the pool from vllm:cache_config_info (1,280 blocks of 32), never its 1 GiB under the override
+    assert (alone["capacity"]["kv_cache_tokens"], alone["capacity"]["kv_cache_memory_gib"]) == (40960, None)
 
 
 def test_scrapes_are_recognised_by_content_in_any_name_and_order(

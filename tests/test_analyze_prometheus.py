@@ -156,6 +156,9 @@ def test_prometheus_history_matches_the_log_and_scrapes_analysis(
     assert prom["selector"] == '{job="vllm"}'
     assert prom["step"] == 1.0
     assert doc["evidence"]["first_ts"].startswith("20")  # ISO-8601 with the year, from the samples
+    # the pool from vllm:cache_config_info, as the log states it
+    assert (doc["capacity"]["kv_cache_tokens"], doc["capacity"]["gpu_blocks"]) == (40960, 1280)
+    assert files["capacity"]["kv_cache_tokens"] == 40960
 
 
 @pytest.mark.prometheus

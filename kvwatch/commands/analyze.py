@@ -145,6 +145,7 @@ def _history(
     insecure: bool,
 ) -> tuple[list[EngineTimeline], dict[str, Any]]:
     """Prometheus history as engine timelines, and the ``evidence.prometheus`` description."""
+    from kvwatch.parse.metrics import PREFIXES, type_cache_config
     from kvwatch.parse.series import engine_samples, query_names
     from kvwatch.sources.prometheus import (
         PrometheusClient,
@@ -194,7 +195,11 @@ def _history(
             engine_samples(read.series).items(), key=lambda kv: tuple(str(x) for x in kv[0])
         )
     ]
-    info = {
+    configs = [
+        type_cache_config(labels)
+        for labels in client.info_labels([p + "cache_config_info" for p, _why in PREFIXES], matchers, t_start, t_end)
+    ]
+    info: dict[str, Any] = {
         "url": redact(url),
         "selector": selector,
         "start": iso_utc(t_start),
@@ -203,6 +208,7 @@ def _history(
         "coarse_step": round(read.coarse_step, 3),
         "queries": len(read.queries),
         "requests": client.requests_sent,
+        "cache_configs": configs,
     }
     return timelines, info
 
@@ -214,13 +220,16 @@ def _run(
     history: tuple[list[EngineTimeline], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     timelines, prometheus = history if history is not None else (None, None)
+    configs = prometheus.pop("cache_configs", None) if prometheus else None
     total = 0
     for p in paths:
         if p != "-" and os.path.isfile(p):
             total += os.path.getsize(p)
     show = sys.stderr.isatty() and sys.stdout.isatty() and total >= PROGRESS_MIN_BYTES
     if not show:
-        return analyze_paths(paths, model=model, jobs=jobs, timelines=timelines, prometheus=prometheus)
+        return analyze_paths(
+            paths, model=model, jobs=jobs, timelines=timelines, prometheus=prometheus, cache_configs=configs
+        )
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
@@ -240,4 +249,5 @@ def _run(
             progress=lambda n: bar.advance(task, n),
             timelines=timelines,
             prometheus=prometheus,
+            cache_configs=configs,
         )

@@ -599,6 +599,7 @@ def analyze_paths(
     jobs: int | None = None,
     timelines: list[EngineTimeline] | None = None,
     prometheus: dict[str, Any] | None = None,
+    cache_configs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The analyze document for saved vLLM logs (plain, ``.gz`` or ``-`` for stdin), in order.
 
@@ -637,7 +638,10 @@ def analyze_paths(
     metrics = None
     if all_timelines:
         metrics = metrics_evidence(all_timelines, max_num_seqs=analysis._max_num_seqs)
-    inputs = EvidenceInputs(scrapes=len(readings), prometheus=prometheus, time_source=time_source)
+    configs = [*(cache_configs or []), *(r.snapshot.cache_config for r in readings)]
+    inputs = EvidenceInputs(
+        scrapes=len(readings), prometheus=prometheus, time_source=time_source, cache_configs=tuple(configs)
+    )
     doc = analysis.document(model, (metrics, inputs))
     created = [r.created for r in readings if r.created is not None]
     mtimes = [os.path.getmtime(p) for p in log_paths if p != "-" and os.path.isfile(p)]

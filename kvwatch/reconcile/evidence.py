@@ -634,6 +634,7 @@ class EvidenceInputs:
     scrapes: int = 0
     prometheus: dict[str, Any] | None = None  # {url, selector, start, end, step}
     time_source: str | None = None  # "mtime" (saved scrapes), "prometheus", or None (unknown)
+    cache_configs: tuple[dict[str, Any], ...] = ()  # typed vllm:cache_config_info labels seen
 
 
 def _verdict_rank(name: str) -> int:
@@ -656,6 +657,54 @@ def _log_engines(doc: dict[str, Any]) -> list[dict[str, Any]]:
         }
         for e in doc["stats"]["engines"]
     ]
+
+
+def fill_from_cache_config(doc: dict[str, Any], configs: Sequence[dict[str, Any]]) -> list[str]:
+    """Fill the pool and cache settings the log does not state from vllm:cache_config_info
+    (the labels vLLM sets once the KV cache is sized: vllm/v1/metrics/loggers.py, 0.9.0+), in
+    place; returns the dotted keys filled. Only when every engine's labels agree, and never the
+    pool's bytes under --num-gpu-blocks-override (the label keeps the memory vLLM had, 1 GiB in
+    the seed run, not the 40 MiB its 1,280 blocks hold)."""
+    keys = (
+        "num_gpu_blocks",
+        "block_size",
+        "kv_cache_size_tokens",
+        "kv_cache_memory_bytes",
+        "num_gpu_blocks_override",
+        "gpu_memory_utilization",
+        "enable_prefix_caching",
+        "cache_dtype",
+    )
+    # Only vLLM's own labels are compared: a Prometheus adds instance, job, pod ... per target.
+    present = [{k: c.get(k) for k in keys} for c in configs if c]
+    if not present or any(c != present[0] for c in present[1:]):
+        return []
+    c = present[0]
+    blocks, block_size = c.get("num_gpu_blocks"), c.get("block_size")
+    tokens = c.get("kv_cache_size_tokens")
+    if tokens is None and isinstance(blocks, int) and isinstance(block_size, int):
+        tokens = blocks * block_size
+    memory = c.get("kv_cache_memory_bytes")
+    values: dict[tuple[str, str], Any] = {
+        ("capacity", "gpu_blocks"): blocks,
+        ("capacity", "block_size"): block_size,
+        ("capacity", "kv_cache_tokens"): tokens,
+        ("capacity", "kv_cache_memory_gib"): (
+            round(memory / 2**30, 4)
+            if isinstance(memory, int | float) and c.get("num_gpu_blocks_override") is None
+            else None
+        ),
+        ("config", "block_size"): block_size,
+        ("config", "gpu_memory_utilization"): c.get("gpu_memory_utilization"),
+        ("config", "enable_prefix_caching"): c.get("enable_prefix_caching"),
+        ("config", "kv_cache_dtype"): c.get("cache_dtype"),
+    }
+    filled = []
+    for (section, key), value in values.items():
+        if value is not None and doc[section].get(key) is None:
+            doc[section][key] = value
+            filled.append(f"{section}.{key}")
+    return filled
 
 
 def join_engines(metric_engines: list[dict[str, Any]], log_engines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -696,6 +745,7 @@ def apply_metrics(doc: dict[str, Any], ev: MetricsEvidence | None, inputs: Evide
     """
     first, last = ev.time_span() if ev is not None else (None, None)
     log_first, log_last = doc["stats"]["first_ts"], doc["stats"]["last_ts"]
+    filled = fill_from_cache_config(doc, inputs.cache_configs)
     doc["capacity"]["pool_memory_gib"] = pool_memory_gib(doc["capacity"])
     doc["evidence"] = {
         "log_records": doc["records_total"],
@@ -705,6 +755,7 @@ def apply_metrics(doc: dict[str, Any], ev: MetricsEvidence | None, inputs: Evide
         "last_ts": iso_utc(last) if last is not None else log_last,
         "metrics_samples": ev.samples() if ev is not None else 0,
         "metrics_time_source": inputs.time_source,
+        "filled_from_metrics": filled,
     }
     from_metrics = ev.from_metrics() if ev is not None else None
     doc["preemptions"]["from_metrics"] = from_metrics

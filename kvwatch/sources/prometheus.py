@@ -265,6 +265,18 @@ class PrometheusClient:
         with ThreadPoolExecutor(max_workers=min(workers, len(queries))) as pool:
             return list(pool.map(lambda q: self.query_range(*q), queries))
 
+    def info_labels(self, names: list[str], matchers: str, start: float, end: float) -> list[dict[str, str]]:
+        """The labels of the info series ``names`` (vllm:cache_config_info) last seen in the range,
+        one dict per series; [] when the API cannot say (they only add detail)."""
+        extra = "," + matchers if matchers else ""
+        window = max(1, math.ceil(end - start))
+        query = f'last_over_time({{__name__=~"{_name_regex(names)}"{extra}}}[{window}s])'
+        try:
+            data = self._get("/api/v1/query", {"query": query, "time": _fmt(end)}, query)
+        except UsageError:
+            return []
+        return [dict(item.get("metric", {})) for item in data.get("result", ()) if isinstance(item, dict)]
+
     def present_names(self, names: list[str], matchers: str, start: float, end: float) -> list[str]:
         """Which of ``names`` have series matching ``matchers`` in [start, end] (one request to
         ``/api/v1/label/__name__/values`` with ``match[]``); all of them when the API cannot say."""
