@@ -170,6 +170,10 @@ def test_two_targets_in_one_prometheus_are_two_engines_never_summed(
     )
     assert code == 0, err
     assert doc is not None
+    # one pass of queries whatever the number of targets: one per metric name, never one per pod
+    _code, one, _err = analyze(["--prometheus", prometheus_url, "--since", "10m", "--selector", '{job="vllm"}'], capsys)
+    assert one is not None
+    assert doc["evidence"]["prometheus"]["queries"] == one["evidence"]["prometheus"]["queries"]
     engines = {e["instance"]: e for e in doc["engines"]}
     assert len(engines) == 2
     code, short_files, _ = analyze(list(map(str, SCRAPES[:SHORT])), capsys)
