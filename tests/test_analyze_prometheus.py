@@ -15,6 +15,7 @@ against small fake APIs (no Prometheus needed) and the real one.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -419,3 +420,17 @@ def test_the_bearer_token_file_is_sent(tmp_path: Path, capsys: pytest.CaptureFix
     assert seen
     assert set(seen) == {"Bearer s3cret"}
     assert "s3cret" not in err  # the token never reaches a message
+
+
+def test_the_default_step_keeps_a_long_range_under_11000_points(capsys: pytest.CaptureFixture[str]) -> None:
+    api = LimitedApi()
+    api.LIMIT = 11_000
+    try:
+        # 30 days, no --step, no samples for the probe: the default step is capped at 11,000 points
+        code, doc, err = analyze(["--prometheus", api.url, "--start", "1800000000", "--end", "1802592000"], capsys)
+    finally:
+        api.stop()
+    assert code == 0, err
+    assert doc is not None
+    assert max(api.ranges) <= 11_000
+    assert doc["evidence"]["prometheus"]["step"] == math.ceil(2_592_000 / 10_999)

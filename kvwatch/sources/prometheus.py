@@ -326,7 +326,8 @@ def read_history(
     probe_names: list[str],
 ) -> RangeRead:
     """vLLM's series over [start, end]: the gauges and the preemption counter at ``step``
-    (default: the data's scrape interval, at least 1 s) for the saturation judgement; the other
+    (default: the data's scrape interval, at least 1 s and at most MAX_POINTS points over the
+    range) for the saturation judgement; the other
     counters and the histograms (``_bucket``, ``_sum``, ``_count``) at a coarse step, one query
     per metric name present, as ``max_over_time`` over each coarse step.
 
@@ -337,8 +338,12 @@ def read_history(
     within the step. Raises UnusableInput naming the query when the selection holds no vLLM series.
     """
     if step is None:
+        # CONTRACTS "Time flags": the data's own scrape interval, at most MAX_POINTS per series --
+        # a month at 15 s would otherwise be 173,000 points per series; an explicit --step that
+        # asks for more is honoured by splitting the range instead.
         interval = client.scrape_interval(probe_names, matchers, start, end)
-        step = max(1.0, round(interval)) if interval else max(15.0, (end - start) / (MAX_POINTS - 1))
+        step = max(1.0, round(interval)) if interval else 15.0
+        step = max(step, math.ceil((end - start) / (MAX_POINTS - 1)))
     increase_only = increase_names
     present = set(client.present_names(fine_names + increase_only, matchers, start, end))
     fine_queries = [(f"{name}{{{matchers}}}", start, end, step) for name in fine_names if name in present]
