@@ -194,6 +194,9 @@ class EngineSample:
     request_prompt_tokens: HistogramSummary | None = None
     request_generation_tokens: HistogramSummary | None = None
     request_num_preemptions: HistogramSummary | None = None
+    ttft_seconds: HistogramSummary | None = None  # vllm:time_to_first_token_seconds
+    e2e_latency_seconds: HistogramSummary | None = None  # vllm:e2e_request_latency_seconds
+    queue_time_seconds: HistogramSummary | None = None  # vllm:request_queue_time_seconds
 
 
 @dataclass(frozen=True, slots=True)

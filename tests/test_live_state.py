@@ -235,17 +235,34 @@ def test_promtool_check_metrics_passes_on_the_exposition() -> None:
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
 
 
-def test_footprint_of_real_seed_scrapes_reads_7500_plus_1000_tokens_not_the_last_bucket_bound() -> None:
-    # vLLM's prompt buckets stop at 5,000 for this server, so the 7,500-token prompts all sit in
-    # +Inf: histogram_quantile alone would say 5,000. kvwatch uses the window's mean there.
+def test_a_footprint_above_the_last_bucket_is_never_the_mean_called_p95() -> None:
+    # vLLM's prompt buckets stop at 5,000 for this server (1-2-5 steps below max_model_len 9,216),
+    # so the 7,500-token prompts all sit in +Inf: the histogram cannot resolve their p50 or p95.
+    # Neither the bound (5,000) nor the mean (7,500) is that quantile: with the scrapes alone
+    # nothing is exported, and the observed_p95 ceiling with it.
     from kvwatch.parse.metrics import parse_exposition
 
     seed = Path(__file__).parent / "fixtures" / "vllm-cpu-seed"
     state = LiveState()
     for t, name in enumerate(["metrics-05.prom", "metrics-12.prom"]):
         state.on_scrape(parse_exposition((seed / name).read_text()), t * 70.0)
+    assert _get(state, 70, "kvwatch_request_tokens", quantile="0.95") is None
+    assert _get(state, 70, "kvwatch_request_tokens", quantile="0.5") is None
+    assert _get(state, 70, "kvwatch_max_concurrency", basis="observed_p95") is None
+
+
+def test_a_footprint_above_the_last_bucket_falls_back_to_what_the_log_measures() -> None:
+    # With the log, the footprint is what the running requests hold: pool x usage / running
+    # (40,960 x 100 % / 5 = 8,192 at the seed run's peak), a measurement, not the histogram's mean.
+    from kvwatch.parse.metrics import parse_exposition
+
+    seed = Path(__file__).parent / "fixtures" / "vllm-cpu-seed"
+    state = LiveState()
+    for f in SEED_FACTS:
+        state.on_log_record(f, 0)
+    state.on_log_record(_stats(5, 15, 100.0), 1)  # the seed log's peak record: Running 5, usage 100 %
+    for t, name in enumerate(["metrics-05.prom", "metrics-12.prom"]):
+        state.on_scrape(parse_exposition((seed / name).read_text()), t * 70.0)
     p95 = _get(state, 70, "kvwatch_request_tokens", quantile="0.95")
-    assert p95 is not None
-    assert 8_400 <= p95 <= 8_500
-    ceiling = _get(state, 70, "kvwatch_max_concurrency", basis="observed_p95")
-    assert ceiling == pytest.approx(40960 / p95)
+    assert p95 == pytest.approx(8192.0)
+    assert p95 != 7500 + 1000  # the histograms' means, which the sidecar once exported as p95

@@ -63,10 +63,14 @@ def _server_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     cfg, cap = doc["config"], doc["capacity"]
     mc = cap["max_concurrency"]
     pool = _n(cap["kv_cache_tokens"], " tokens")
-    if cap["kv_cache_memory_gib"] is not None:
-        pool += f" in {_n(cap['kv_cache_memory_gib'], ' GiB')}"
+    pool_gib = cap.get("pool_memory_gib", cap["kv_cache_memory_gib"])
+    if pool_gib is not None:
+        # the blocks' bytes: with --num-gpu-blocks-override they are not the memory vLLM had
+        pool += f" in {_n(pool_gib * 1024, ' MiB') if pool_gib < 1 else _n(pool_gib, ' GiB')}"
     if cap["gpu_blocks"] is not None:
-        pool += f" ({_n(cap['gpu_blocks'])} blocks)"
+        overridden = pool_gib is not None and pool_gib != cap["kv_cache_memory_gib"]
+        extra = f"; --num-gpu-blocks-override, vLLM had {_n(cap['kv_cache_memory_gib'], ' GiB')}" if overridden else ""
+        pool += f" ({_n(cap['gpu_blocks'])} blocks{extra})"
     conc = _NA
     if mc["ratio"] is not None:
         conc = f"{_n(mc['ratio'])}x at {_n(mc['tokens_per_request'])} tokens per request"
@@ -93,6 +97,9 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = [("server starts", _n(doc["runs"]))]
     if st["count"]:
         span = f"{_t(st['first_ts'])} .. {_t(st['last_ts'])}"
+        inferred = (doc.get("evidence") or {}).get("year_inferred_from")
+        if inferred:  # vLLM's own stamps have no year: say where it came from
+            span += f"; year from {inferred}"
         rows.append(("stats records", f"{st['count']:,} ({span})"))
         mx = st["max"]
         rows.append(
@@ -143,6 +150,10 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if pre["max_cumulative"] is not None:
         preempt += f" (cumulative {pre['max_cumulative']:,})"
     preempt += f", {pre['from_stats']:,} in V1 stats"
+    from_metrics = pre.get("from_metrics")
+    # V1 logs no line per preemption: only vLLM's counter is complete (CONTRACTS "analyze additions").
+    counted = f"{from_metrics:,} by vLLM's counter" if from_metrics is not None else f"counter {pre.get('note', '')}"
+    preempt += f"; {counted}"
     rows.append(("preemptions", preempt))
     if doc["errors"]:
         for err in doc["errors"][:10]:

@@ -158,6 +158,28 @@ METRIC_ALIASES: tuple[MetricAlias, ...] = (
         "how often one request was preempted (recompute cost per request)",
     ),
     MetricAlias(
+        "ttft_seconds",
+        ("time_to_first_token_seconds",),
+        "histogram",
+        "V0 0.4.1-0.10.2; V1 0.7.1+",
+        "time to first token: analyze's latency.ttft_s (queueing and preemption show here first)",
+    ),
+    MetricAlias(
+        "e2e_latency_seconds",
+        ("e2e_request_latency_seconds",),
+        "histogram",
+        "V0 0.4.1-0.10.2; V1 0.7.1+ (observed once per finished request, vllm/v1/metrics/loggers.py "
+        "PrometheusStatLogger.record)",
+        "end-to-end latency: analyze's latency.e2e_s, where preemption's recompute cost lands",
+    ),
+    MetricAlias(
+        "queue_time_seconds",
+        ("request_queue_time_seconds",),
+        "histogram",
+        "V0 0.6.x-0.10.2; V1 0.8.0+ (FinishedRequestStats.queued_time)",
+        "time spent waiting: analyze's latency.queue_s, the cost of a memory-bound queue",
+    ),
+    MetricAlias(
         "cache_config",
         ("cache_config_info",),
         "info",
@@ -200,17 +222,15 @@ IGNORED_METRICS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (
         (
-            "time_to_first_token_seconds",
             "time_per_output_token_seconds",
             "inter_token_latency_seconds",
             "request_time_per_output_token_seconds",
-            "e2e_request_latency_seconds",
-            "request_queue_time_seconds",
             "request_prefill_time_seconds",
             "request_decode_time_seconds",
             "request_inference_time_seconds",
         ),
-        "latency histograms: vLLM's own dashboards plot them; kvwatch derives no series from them",
+        "per-token and phase latency histograms: vLLM's own dashboards plot them; analyze reads TTFT, "
+        "end-to-end and queue time (the rows above)",
     ),
     (("request_success",), "finished requests by reason: throughput, not capacity"),
     (

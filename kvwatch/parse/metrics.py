@@ -274,6 +274,24 @@ def _only_engine(samples: list[Sample]) -> tuple[str | None, str | None] | None:
     return next(iter(pairs)) if len(pairs) == 1 else None
 
 
+def match_series(name: str, labels: dict[str, str]) -> tuple[MetricAlias, int, str] | None:
+    """(alias row, rank, histogram part) for one exposed series name and its labels, or None.
+
+    The rank orders names that fill the same field (newer stem first, then ``vllm:`` before
+    ``ray_vllm:``), as :func:`parse_exposition` does; used by readers of Prometheus' HTTP API,
+    which see series, not expositions.
+    """
+    split = split_prefix(name)
+    if split is None:
+        return None
+    match = _match(split[1], labels)
+    if match is None:
+        return None
+    alias, stem_rank, part = match
+    prefixes = [p for p, _why in PREFIXES]
+    return alias, stem_rank * len(prefixes) + prefixes.index(split[0]), part
+
+
 def _match(stem: str, labels: dict[str, str]) -> tuple[MetricAlias, int, str] | None:
     """(alias row, rank of the stem within the row, histogram part) for a sample stem, or None."""
     candidates = [(stem, "")]

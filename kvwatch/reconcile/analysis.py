@@ -11,11 +11,22 @@ or sums percentages across engines. Values the log does not state stay null; not
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvwatch.reconcile.causes import ProgressTracker, case_from_document, diagnose
+from kvwatch.reconcile.evidence import (
+    EngineTimeline,
+    EvidenceInputs,
+    MetricsEvidence,
+    ScrapeReading,
+    apply_metrics,
+    infer_years,
+    metrics_evidence,
+    scrape_timelines,
+)
 
 # CAPACITY_KEYS / CONFIG_KEYS: re-exported for modules that imported them from here.
 from kvwatch.reconcile.facts import CAPACITY_KEYS, CONFIG_KEYS, FactsBuilder, ServerFacts  # noqa: F401
@@ -479,8 +490,13 @@ class Analysis:
             return f"ok: up to {self.max_running} running and nothing waiting for long; KV usage peaked at {peak}"
         return f"idle: nothing ran or waited in {self.stats_count} stats records"
 
-    def document(self, model: str | None = None) -> dict[str, Any]:
-        """The ``kvwatch.analyze/1`` document: every key present, null when not stated."""
+    def document(
+        self, model: str | None = None, metrics: tuple[MetricsEvidence | None, EvidenceInputs] | None = None
+    ) -> dict[str, Any]:
+        """The ``kvwatch.analyze/1`` document: every key present, null when not stated.
+
+        ``metrics`` is the evidence of saved scrapes or Prometheus history (kvwatch.reconcile.evidence).
+        """
         last = self.last
         last_doc: dict[str, Any] | None = None
         if last is not None:
@@ -564,7 +580,10 @@ class Analysis:
             "diagnosis": {"verdict": verdict, "summary": self.summary(verdict), "levers": []},
             "records_total": self.records_total,
         }
-        self.diagnose(doc, model, verdict)
+        # The metrics' evidence first (it may judge a worse verdict from the scrapes), then the
+        # cause table over the whole document.
+        apply_metrics(doc, *(metrics or (None, EvidenceInputs())))
+        self.diagnose(doc, model, doc["diagnosis"]["verdict"])
         return doc
 
     def diagnose(self, doc: dict[str, Any], model: str | None = None, verdict: str | None = None) -> None:
@@ -590,19 +609,53 @@ def analyze_paths(
     model: str | None = None,
     progress: Callable[[int], None] | None = None,
     jobs: int | None = None,
+    timelines: list[EngineTimeline] | None = None,
+    prometheus: dict[str, Any] | None = None,
+    cache_configs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The analyze document for saved vLLM logs (plain, ``.gz`` or ``-`` for stdin), in order.
 
+    Saved ``/metrics`` scrapes among ``paths`` are recognised by content and read as metrics
+    evidence; ``timelines`` (with ``prometheus``, the query that gave them) is Prometheus history.
     ``model`` (a name or a config.json path) goes to ``levers_hook``. ``progress`` is called with
     the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
     """
-    from kvwatch.sources.files import iter_logs, paused_gc  # local: importable without I/O
+    from kvwatch.parse.metrics import parse_exposition
+    from kvwatch.parse.scrapes import creation_stamp, looks_like_exposition
+    from kvwatch.sources.files import check_path, iter_logs, paused_gc  # local: importable without I/O
+    from kvwatch.sources.saved_scrapes import read_head, read_scrape
 
+    for path in paths:
+        check_path(path)
+    heads = {p: read_head(p) for p in paths}
+    scrape_paths = [p for p in paths if (head := heads[p]) is not None and looks_like_exposition(head)]
+    log_paths = [p for p in paths if p not in scrape_paths]
     analysis = Analysis()
     with paused_gc():
-        for log in iter_logs(paths, progress=progress, jobs=jobs):
-            source = log.path if len(paths) > 1 else None
+        for log in iter_logs(log_paths, progress=progress, jobs=jobs):
+            source = log.path if len(log_paths) > 1 else None
             for batch in log.batches():
                 analysis.add(batch, source=source)
             analysis.add_input(log.path, log.lines, log.bytes)
-    return analysis.document(model)
+    readings = []
+    for path in scrape_paths:
+        scrape = read_scrape(path)
+        readings.append(ScrapeReading(path, scrape.mtime, creation_stamp(scrape.text), parse_exposition(scrape.text)))
+        analysis.add_input(path, scrape.text.count("\n"), scrape.nbytes)
+    all_timelines = list(timelines or [])
+    time_source = "prometheus" if timelines else None
+    if readings:
+        from_scrapes, time_source = scrape_timelines(readings)
+        all_timelines += from_scrapes
+    metrics = None
+    if all_timelines:
+        metrics = metrics_evidence(all_timelines, max_num_seqs=analysis._max_num_seqs)
+    configs = [*(cache_configs or []), *(r.snapshot.cache_config for r in readings)]
+    inputs = EvidenceInputs(
+        scrapes=len(readings), prometheus=prometheus, time_source=time_source, cache_configs=tuple(configs)
+    )
+    doc = analysis.document(model, (metrics, inputs))
+    created = [r.created for r in readings if r.created is not None]
+    mtimes = [os.path.getmtime(p) for p in log_paths if p != "-" and os.path.isfile(p)]
+    infer_years(doc, created=min(created) if created else None, log_mtime=max(mtimes) if mtimes else None)
+    return doc

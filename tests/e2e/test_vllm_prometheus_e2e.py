@@ -1,0 +1,151 @@
+"""A real vLLM CPU server under load, scraped by a real Prometheus; then ``kvwatch analyze``
+reads the same run three ways -- Prometheus history, the log with its first and last scrapes, and
+vLLM's own counters read directly -- and they must agree.
+
+vLLM runs with the e2e harness's tiny pool (32 blocks x 32 tokens: two 512-token requests fit,
+twelve clients send, so it preempts constantly; tests/e2e/server.py ServeConfig). Prometheus
+(Debian's) scrapes its /metrics every second. After the load drained, the test waits until
+Prometheus holds vLLM's final counter (an event, not a sleep) before analyzing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from tests.conftest import require_binary
+from tests.test_analyze import run
+
+from .load import ClosedLoopLoad, LoadConfig
+from .server import StartedProcess, VllmServer, free_port, start_process, stop_process_tree, wait_for_http_ok
+from .vllm_env import VllmEnv
+
+LOAD_SECONDS = 30.0
+VLLM_READY_TIMEOUT = 300.0  # generous: the machine is shared
+CATCH_UP_TIMEOUT = 60.0
+
+
+@dataclass
+class Run:
+    """What the run left behind for the checks."""
+
+    prometheus_url: str
+    log: Path
+    first_scrape: Path
+    last_scrape: Path
+    final: dict[str, float]  # vLLM's own counters at the end, read directly
+
+
+def _counters(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        for name in (
+            "vllm:num_preemptions_total",
+            "vllm:request_prompt_tokens_sum",
+            "vllm:request_prompt_tokens_count",
+            "vllm:request_generation_tokens_sum",
+            "vllm:request_generation_tokens_count",
+        ):
+            if line.startswith(name + "{"):
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_run(vllm_env: VllmEnv, tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """vLLM + Prometheus + load; yields once Prometheus holds vLLM's final counters."""
+    binary = require_binary("prometheus")
+    tmp = tmp_path_factory.mktemp("vllm-prom")
+    log = tmp / "vllm-server.log"
+    server = VllmServer(vllm_env.vllm_bin, tiny_llama_dir, log, cache_dir=vllm_env.cache_dir)
+    prom: StartedProcess | None = None
+    try:
+        server.start(VLLM_READY_TIMEOUT)
+        metrics = server.metrics_url
+        first = tmp / "scrape-first.prom"
+        first.write_text(requests.get(metrics, timeout=10).text)
+        port = free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [
+                {"job_name": "vllm", "static_configs": [{"targets": [metrics.split("//")[1].split("/")[0]]}]}
+            ],
+        }
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        prom = start_process(
+            "prometheus",
+            [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            tmp / "prometheus.log",
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        wait_for_http_ok(f"{url}/-/ready", 60, alive=lambda: prom is not None and prom.popen.poll() is None)
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT
+        while time.monotonic() < deadline and not _prom_value(url, "vllm:num_requests_running"):
+            time.sleep(0.5)
+        load = ClosedLoopLoad(LoadConfig(base_url=server.base_url, duration_seconds=LOAD_SECONDS))
+        load.start()  # it sends for LOAD_SECONDS, then lets the requests in flight finish
+        end = time.monotonic() + LOAD_SECONDS + 120
+        while load.in_flight_or_running() and time.monotonic() < end:
+            time.sleep(1.0)
+        load.stop()
+        load.wait(timeout_seconds=120.0)
+        final_text = requests.get(metrics, timeout=10).text
+        last = tmp / "scrape-last.prom"
+        last.write_text(final_text)
+        final = _counters(final_text)
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT
+        while time.monotonic() < deadline:
+            got = _prom_value(url, "sum(vllm:num_preemptions_total)")
+            if got and float(got[0]["value"][1]) == final["vllm:num_preemptions_total"]:
+                break
+            time.sleep(0.5)
+        yield Run(url, log, first, last, final)
+    finally:
+        if prom is not None:
+            stop_process_tree(prom, grace_seconds=5)
+        server.stop()
+
+
+def _prom_value(url: str, expr: str) -> list[dict[str, Any]]:
+    try:
+        body = requests.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5).json()
+    except (requests.RequestException, ValueError):
+        return []
+    result: list[dict[str, Any]] = body.get("data", {}).get("result", [])
+    return result
+
+
+def _analyze(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, err = run(["analyze", "--format", "json", *argv], capsys)
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+@pytest.mark.vllm
+@pytest.mark.prometheus
+def test_prometheus_history_of_a_real_vllm_equals_its_own_counters(
+    real_run: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    final = real_run.final
+    assert final["vllm:num_preemptions_total"] > 0  # the tiny pool preempts: there is something to count
+    prom = _analyze(["--prometheus", real_run.prometheus_url, "--since", "15m", "--selector", '{job="vllm"}'], capsys)
+    files = _analyze([str(real_run.log), str(real_run.first_scrape), str(real_run.last_scrape)], capsys)
+    for doc in (prom, files):
+        # vLLM started inside the range with its counters at 0: the increase is the final value
+        assert doc["preemptions"]["from_metrics"] == final["vllm:num_preemptions_total"]
+        assert doc["requests"]["finished"] == final["vllm:request_prompt_tokens_count"]
+        prompt_mean = final["vllm:request_prompt_tokens_sum"] / final["vllm:request_prompt_tokens_count"]
+        gen_mean = final["vllm:request_generation_tokens_sum"] / final["vllm:request_generation_tokens_count"]
+        assert doc["requests"]["prompt_tokens"]["mean"] == pytest.approx(prompt_mean, abs=0.05)
+        assert doc["requests"]["generation_tokens"]["mean"] == pytest.approx(gen_mean, abs=0.05)
+    assert prom["diagnosis"]["verdict"] == files["diagnosis"]["verdict"]
