@@ -851,17 +851,21 @@ def _observed_arch(doc: Mapping[str, Any]) -> Architecture | None:
     )
 
 
-def levers_for_analysis(doc: Mapping[str, Any], arch: Architecture | None) -> list[dict[str, Any]]:
+def levers_for_analysis(
+    doc: Mapping[str, Any], arch: Architecture | None, request: RequestShape | None = None
+) -> list[dict[str, Any]]:
     """Lever rows (as ``kvwatch capacity``'s JSON) for an analyze document; [] when nothing is known.
 
     Without ``arch`` the rows use the observed bytes/token (KV memory / pool tokens) and the
-    tensor-parallel row says it needs the model.
+    tensor-parallel row says it needs the model. ``request``: a request size read elsewhere (e.g.
+    simulate's scrapes), so the ceilings are per request rather than per max_model_len.
     """
     model = arch or _observed_arch(doc)
     if model is None:
         return []
     try:
-        rows = levers(model, deployment_from_analysis(doc, arch))
+        dep = deployment_from_analysis(doc, arch)
+        rows = levers(model, replace(dep, request=request) if request is not None else dep)
     except (UsageError, ArithmeticError, ValueError):
         # a log's odd numbers (a PP size larger than the model, ...) must not break the postmortem
         return []

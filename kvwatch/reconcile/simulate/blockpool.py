@@ -1,0 +1,107 @@
+"""vLLM's KV block pool with prefix-cache hashes, reference counts and the LRU free queue.
+
+Modelled on vllm/v1/core/block_pool.py (0.32.0): ``BlockPool.get_new_blocks`` pops the head of the
+free queue and evicts the block's hash if it had one (``_maybe_evict_cached_block``);
+``BlockPool.free_blocks`` puts blocks whose reference count reaches 0 back: unhashed ones at the
+head (evicted first), hashed ones at the tail (evicted last, so the queue is the LRU order);
+``BlockPool.touch`` takes a hit block held by nobody out of the free queue. Block 0 is the null
+block (``BlockPool.__init__``: ``self.null_block = self.free_block_queue.popleft()``), never free.
+
+A block's hash stands for vLLM's chained hash of (parent hash, the block's token ids): two blocks
+have the same key exactly when every token up to the block's end is the same, so the simulator
+names a key by what decides that (a shared-prefix group and block index, or a request and index).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
+
+
+class BlockPool:
+    """Free queue, hash table and reference counts of ``num_blocks`` blocks (block 0 is the null block)."""
+
+    __slots__ = ("num_blocks", "ref", "key", "cached", "free", "caching", "releases")
+
+    def __init__(self, num_blocks: int, caching: bool) -> None:
+        if num_blocks < 2:
+            raise ValueError(f"a pool needs at least 2 blocks (one is vLLM's null block), got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.caching = caching
+        self.releases = 0  # bumped whenever blocks come back: a refused admission can only change then
+        self.ref = [0] * num_blocks
+        self.key: list[Hashable | None] = [None] * num_blocks
+        self.cached: dict[Hashable, int] = {}
+        # OrderedDict: O(1) pop at the head, append at the tail, and removal from the middle (touch).
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
+
+    def num_free(self) -> int:
+        """Free blocks, including cached blocks nobody holds (they are evictable): get_num_free_blocks."""
+        return len(self.free)
+
+    def usage(self) -> float:
+        """vLLM's kv_cache_usage_perc: 1 - free / (num_gpu_blocks - 1) (block_pool.py get_usage)."""
+        return 1.0 - len(self.free) / (self.num_blocks - 1)
+
+    def take(self, n: int) -> list[int]:
+        """``n`` blocks from the head of the free queue, their old hashes evicted (get_new_blocks)."""
+        free, key, ref, cached = self.free, self.key, self.ref, self.cached
+        out: list[int] = []
+        for _ in range(n):
+            b, _none = free.popitem(last=False)
+            k = key[b]
+            if k is not None:
+                if cached.get(k) == b:
+                    del cached[k]
+                key[b] = None
+            ref[b] = 1
+            out.append(b)
+        return out
+
+    def touch(self, blocks: Sequence[int]) -> None:
+        """A prefix hit: take blocks nobody holds out of the free queue, count one more holder."""
+        free, ref = self.free, self.ref
+        for b in blocks:
+            if ref[b] == 0:
+                del free[b]
+            ref[b] += 1
+
+    def release(self, blocks_in_eviction_order: Iterable[int]) -> None:
+        """free_blocks: unhashed blocks to the head (evicted first), hashed to the tail (LRU)."""
+        self.releases += 1
+        free, ref, key = self.free, self.ref, self.key
+        first: list[int] = []
+        for b in blocks_in_eviction_order:
+            ref[b] -= 1
+            if ref[b] == 0:
+                if key[b] is None or not self.caching:
+                    first.append(b)
+                else:
+                    free[b] = None
+        # FreeKVCacheBlockQueue.prepend_n keeps the list's order at the front.
+        for b in reversed(first):
+            free[b] = None
+            free.move_to_end(b, last=False)
+
+    def lookup(self, keys: Iterable[Hashable]) -> list[int]:
+        """The longest chain of cached blocks for ``keys`` (find_longest_cache_hit), in order."""
+        hit: list[int] = []
+        cached = self.cached
+        for k in keys:
+            b = cached.get(k)
+            if b is None:
+                break
+            hit.append(b)
+        return hit
+
+    def evictable(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks`` sit in the free queue (a hit on them still uses a free block)."""
+        ref = self.ref
+        return sum(1 for b in blocks if ref[b] == 0)
+
+    def set_key(self, block: int, k: Hashable) -> None:
+        """cache_full_blocks: a full block gets its hash (the first block with a hash keeps the entry)."""
+        if not self.caching:
+            return
+        self.key[block] = k
+        self.cached.setdefault(k, block)
