@@ -284,6 +284,17 @@ def simulate(
         r.blocks = []
         r.hashed = 0
 
+    def hash_full_blocks(r: _Req, upto: int) -> None:
+        # kv_cache_manager.py allocate_slots -> coordinator.cache_blocks(request, min(computed + new,
+        # num_tokens)): full blocks are hashed when allocated, before the step computes them, so a
+        # request admitted later in the same step already hits them.
+        full = min(upto, r.prompt + r.num_output) // bs
+        if full > r.hashed:
+            blocks = r.blocks
+            for j in range(r.hashed, full):
+                pool.set_key(blocks[j], r.key(j))
+            r.hashed = full
+
     state = snapshot(0.0)
     while True:
         while arrivals and arrivals[0][0] <= now:
@@ -347,6 +358,8 @@ def simulate(
                 break
             if need > 0:
                 r.blocks.extend(pool.take(need))
+            if caching:
+                hash_full_blocks(r, r.computed + new)
             scheduled.append((r, new))
             budget -= new
             i += 1
@@ -386,6 +399,8 @@ def simulate(
                 if fresh > 0:
                     r.blocks.extend(pool.take(fresh))
                 r.computed = hit_tokens
+                if caching:
+                    hash_full_blocks(r, hit_tokens + new)
                 if caching and (r.preemptions == 0 or not rules.hits_first_admission_only):
                     res.prefix_queries += num_tokens
                     res.prefix_hits += hit_tokens
@@ -406,13 +421,6 @@ def simulate(
             else:
                 prefill += n
             context += r.computed + n
-            if caching:
-                full = min(r.computed + n, r.prompt + r.num_output) // bs
-                if full > r.hashed:
-                    blocks = r.blocks
-                    for j in range(r.hashed, full):
-                        pool.set_key(blocks[j], r.key(j))
-                    r.hashed = full
         dt = step_time.of(prefill, decodes, context)
         sample_until(now + dt, state)
         res.running_time_integral += len(running) * dt
