@@ -156,7 +156,7 @@ def test_pool_frees_hashed_blocks_to_the_tail_and_unhashed_to_the_head() -> None
     pool.set_key(a[0], "h0")
     pool.set_key(a[1], "h1")
     pool.release(reversed(a))  # a[2] unhashed -> head; a[1], a[0] hashed -> tail, in that order
-    order = list(pool.free)
+    order = pool.free_order()
     assert order[0] == a[2] and order[-2:] == [a[1], a[0]]
     assert pool.lookup(["h0", "h1", "h2"]) == [a[0], a[1]]
     taken = pool.take(3)  # the head first: a[2], then the never-used blocks; hashes survive

@@ -14,14 +14,20 @@ names a key by what decides that (a shared-prefix group and block index, or a re
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
+
+# A free-queue entry is (stamp << _SHIFT) | block: taking a block out of the middle of the queue
+# (touch) only makes its entry stale, so every queue operation is O(1) (vLLM uses a doubly linked
+# list, FreeKVCacheBlockQueue, for the same reason); stale entries are dropped when met or compacted.
+_SHIFT = 32
+_MASK = (1 << _SHIFT) - 1
 
 
 class BlockPool:
     """Free queue, hash table and reference counts of ``num_blocks`` blocks (block 0 is the null block)."""
 
-    __slots__ = ("num_blocks", "ref", "key", "cached", "free", "caching", "releases")
+    __slots__ = ("num_blocks", "ref", "key", "cached", "queue", "stamp", "in_free", "nfree", "caching", "releases")
 
     def __init__(self, num_blocks: int, caching: bool) -> None:
         if num_blocks < 2:
@@ -32,23 +38,35 @@ class BlockPool:
         self.ref = [0] * num_blocks
         self.key: list[Hashable | None] = [None] * num_blocks
         self.cached: dict[Hashable, int] = {}
-        # OrderedDict: O(1) pop at the head, append at the tail, and removal from the middle (touch).
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
+        self.stamp = [0] * num_blocks
+        self.in_free = [True] * num_blocks
+        self.in_free[0] = False
+        self.queue: deque[int] = deque(range(1, num_blocks))
+        self.nfree = num_blocks - 1
 
     def num_free(self) -> int:
         """Free blocks, including cached blocks nobody holds (they are evictable): get_num_free_blocks."""
-        return len(self.free)
+        return self.nfree
 
     def usage(self) -> float:
         """vLLM's kv_cache_usage_perc: 1 - free / (num_gpu_blocks - 1) (block_pool.py get_usage)."""
-        return 1.0 - len(self.free) / (self.num_blocks - 1)
+        return 1.0 - self.nfree / (self.num_blocks - 1)
+
+    def free_order(self) -> list[int]:
+        """The free queue from head (evicted first) to tail."""
+        stamp, in_free = self.stamp, self.in_free
+        return [e & _MASK for e in self.queue if in_free[e & _MASK] and stamp[e & _MASK] == e >> _SHIFT]
 
     def take(self, n: int) -> list[int]:
         """``n`` blocks from the head of the free queue, their old hashes evicted (get_new_blocks)."""
-        free, key, ref, cached = self.free, self.key, self.ref, self.cached
+        queue, stamp, in_free, key, ref, cached = self.queue, self.stamp, self.in_free, self.key, self.ref, self.cached
         out: list[int] = []
-        for _ in range(n):
-            b, _none = free.popitem(last=False)
+        while len(out) < n:
+            e = queue.popleft()
+            b = e & _MASK
+            if not in_free[b] or stamp[b] != e >> _SHIFT:
+                continue  # a stale entry (the block was touched, or queued again since)
+            in_free[b] = False
             k = key[b]
             if k is not None:
                 if cached.get(k) == b:
@@ -56,32 +74,39 @@ class BlockPool:
                 key[b] = None
             ref[b] = 1
             out.append(b)
+        self.nfree -= n
         return out
 
     def touch(self, blocks: Sequence[int]) -> None:
         """A prefix hit: take blocks nobody holds out of the free queue, count one more holder."""
-        free, ref = self.free, self.ref
+        ref, in_free = self.ref, self.in_free
         for b in blocks:
             if ref[b] == 0:
-                del free[b]
+                in_free[b] = False
+                self.nfree -= 1
             ref[b] += 1
 
     def release(self, blocks_in_eviction_order: Iterable[int]) -> None:
         """free_blocks: unhashed blocks to the head (evicted first), hashed to the tail (LRU)."""
         self.releases += 1
-        free, ref, key = self.free, self.ref, self.key
+        queue, ref, key, stamp, in_free = self.queue, self.ref, self.key, self.stamp, self.in_free
+        caching = self.caching
         first: list[int] = []
         for b in blocks_in_eviction_order:
             ref[b] -= 1
             if ref[b] == 0:
-                if key[b] is None or not self.caching:
+                self.nfree += 1
+                in_free[b] = True
+                stamp[b] += 1
+                if key[b] is None or not caching:
                     first.append(b)
                 else:
-                    free[b] = None
+                    queue.append((stamp[b] << _SHIFT) | b)
         # FreeKVCacheBlockQueue.prepend_n keeps the list's order at the front.
         for b in reversed(first):
-            free[b] = None
-            free.move_to_end(b, last=False)
+            queue.appendleft((stamp[b] << _SHIFT) | b)
+        if len(queue) > 2 * self.nfree + 4096:
+            self.queue = deque(e for e in queue if in_free[e & _MASK] and stamp[e & _MASK] == e >> _SHIFT)
 
     def lookup(self, keys: Iterable[Hashable]) -> list[int]:
         """The longest chain of cached blocks for ``keys`` (find_longest_cache_hit), in order."""

@@ -193,11 +193,12 @@ class _Req:
         self.first_token = False
         self.refused_at = -1  # pool.releases when admission was last refused
 
-    def key(self, j: int) -> tuple[int, int]:
+    def key(self, j: int) -> int:
         # vLLM's chained block hash: equal iff every token up to the block's end is equal. Blocks
-        # wholly inside the shared prefix are the same for every request (group 0); any later block
-        # follows a random suffix, so it is this request's own.
-        return (0, j) if j < self.prefix_blocks else (self.rid + 1, j)
+        # wholly inside the shared prefix are the same for every request (key j); any later block
+        # follows a random suffix, so it is this request's own ((rid + 1) << 24 | j; a request has
+        # fewer than 2**24 blocks).
+        return j if j < self.prefix_blocks else ((self.rid + 1) << 24) | j
 
 
 def simulate(
@@ -262,21 +263,29 @@ def simulate(
     next_grid = 0.0
     now = 0.0
     reported = 0
+    usable = engine.blocks - 1
+    # The gauges as they stand after the last completed step (what a scrape during a step reads).
+    st_run = st_wait = st_rep = st_fin = st_sent = 0
+    st_free = usable
 
-    def snapshot(t: float) -> Sample:
-        return Sample(t, len(running), len(waiting), pool.usage(), reported, res.finished, res.sent)
+    def next_sample() -> float:
+        if explicit is not None:
+            return explicit[si] if si < len(explicit) else math.inf
+        return next_grid
 
-    def sample_until(t_end: float, state: Sample) -> None:
+    def sample_until(t_end: float) -> float:
         # Every scrape instant before t_end reads the state after the last completed step.
         nonlocal si, next_grid
+        usage = 1.0 - st_free / usable
         if explicit is not None:
             while si < len(explicit) and explicit[si] < t_end:
-                res.samples.append(Sample(explicit[si], *_fields(state)))
+                res.samples.append(Sample(explicit[si], st_run, st_wait, usage, st_rep, st_fin, st_sent))
                 si += 1
         else:
             while next_grid < t_end:
-                res.samples.append(Sample(next_grid, *_fields(state)))
+                res.samples.append(Sample(next_grid, st_run, st_wait, usage, st_rep, st_fin, st_sent))
                 next_grid += sample_every_s
+        return next_sample()
 
     def free_req(r: _Req) -> None:
         # single_type_kv_cache_manager.py SingleTypeKVCacheManager.free: reversed, tail blocks first.
@@ -291,11 +300,26 @@ def simulate(
         full = min(upto, r.prompt + r.num_output) // bs
         if full > r.hashed:
             blocks = r.blocks
+            own = (r.rid + 1) << 24
+            pb = r.prefix_blocks
             for j in range(r.hashed, full):
-                pool.set_key(blocks[j], r.key(j))
+                b = blocks[j]
+                k = j if j < pb else own | j
+                keys[b] = k
+                if k not in cached:
+                    cached[k] = b
             r.hashed = full
 
-    state = snapshot(0.0)
+    keys, cached = pool.key, pool.cached
+    per_step = step_time.per_step_s
+    per_prefill = step_time.per_prefill_token_s
+    per_decode = step_time.per_decode_s
+    per_ctx = step_time.per_context_token_s
+    victim_newest = rules.victim == "newest"
+    admit_after_preemption = rules.admit_after_preemption
+    gate = rules.full_sequence_gate
+    first_only = rules.hits_first_admission_only
+    t_sample = next_sample()
     while True:
         while arrivals and arrivals[0][0] <= now:
             t_arr, rid = heapq.heappop(arrivals)
@@ -308,41 +332,98 @@ def simulate(
             if not arrivals:
                 break
             nt = arrivals[0][0]
-            sample_until(nt, state)
-            res.running_time_integral += 0.0
+            if t_sample < nt:
+                t_sample = sample_until(nt)
             now = nt
             continue
         if max_sim_s is not None and now > max_sim_s:
             break
 
+        # ---- pure-decode stretch: many steps in one go (exactly what step-by-step would do) -------
+        if len(running) <= budget_full and _all_decoding(running):
+            k = _decode_stretch(running, waiting, pool, max_seqs, bs)
+            if k > 1:
+                t_stop = min(t_sample, arrivals[0][0]) if arrivals else t_sample
+                n = len(running)
+                base_ctx = sum(r.computed for r in running) + n
+                fixed = per_step + per_decode * n
+                elapsed = 0.0
+                steps = 0
+                while steps < k:
+                    dt = fixed + per_ctx * (base_ctx + steps * n)
+                    if now + elapsed + dt >= t_stop:
+                        break
+                    elapsed += dt
+                    steps += 1
+                if steps > 1:
+                    for r in running:
+                        grow = -(-(r.computed + steps) // bs) - len(r.blocks)
+                        if grow > 0:
+                            r.blocks.extend(pool.take(grow))
+                        r.computed += steps
+                        r.num_output += steps
+                        if caching:
+                            hash_full_blocks(r, r.computed)
+                        if r.pending_report:
+                            reported += r.pending_report
+                            r.pending_report = 0
+                    res.generated_tokens += n * steps
+                    res.running_time_integral += n * elapsed
+                    res.waiting_time_integral += len(waiting) * elapsed
+                    res.steps += steps
+                    now += elapsed
+                    st_run, st_wait, st_free, st_rep = n, len(waiting), pool.nfree, reported
+                    continue
+
         # ---- Scheduler.schedule() -------------------------------------------------------------
         budget = budget_full
-        scheduled: list[tuple[_Req, int]] = []
+        sched: list[_Req] = []
+        sched_n: list[int] = []
         preempted_any = False
+        prefill = decodes = context = 0
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
+            c = r.computed
             num_tokens = r.prompt + r.num_output
-            new = num_tokens - r.computed
+            new = num_tokens - c
+            if new == 1 and c < len(r.blocks) * bs:
+                # A decode whose slot is already allocated: allocate_slots needs no block.
+                if caching and (c + 1) % bs == 0:
+                    hash_full_blocks(r, c + 1)
+                sched.append(r)
+                sched_n.append(1)
+                decodes += 1
+                context += c + 1
+                budget -= 1
+                i += 1
+                continue
             if new > budget:
                 new = budget
-            if new > max_len - r.computed - 1:
-                new = max_len - r.computed - 1
+            if new > max_len - c - 1:
+                new = max_len - c - 1
             if new <= 0:
                 i += 1
                 continue
-            need = -(-(r.computed + new) // bs) - len(r.blocks)
+            need = -(-(c + new) // bs) - len(r.blocks)
             ok = True
-            while need > pool.num_free():
-                if rules.victim == "newest":
+            while need > pool.nfree:
+                if victim_newest:
                     victim = running.pop()
                 else:
                     victim = running.pop(0)
                     i -= 1
-                    for k, (sr, sn) in enumerate(scheduled):
+                    for k2, sr in enumerate(sched):
                         if sr is victim:
-                            budget += sn
-                            del scheduled[k]
+                            vn = sched_n[k2]
+                            budget += vn
+                            if vn == 1 and sr.computed == sr.prompt + sr.num_output - 1:
+                                decodes -= 1
+                            else:
+                                prefill -= vn
+                            context -= sr.computed + vn
+                            del sched[k2]
+                            del sched_n[k2]
                             break
                 free_req(victim)
                 victim.computed = 0
@@ -359,12 +440,18 @@ def simulate(
             if need > 0:
                 r.blocks.extend(pool.take(need))
             if caching:
-                hash_full_blocks(r, r.computed + new)
-            scheduled.append((r, new))
+                hash_full_blocks(r, c + new)
+            sched.append(r)
+            sched_n.append(new)
+            if new == 1 and c == num_tokens - 1:
+                decodes += 1
+            else:
+                prefill += new
+            context += c + new
             budget -= new
             i += 1
 
-        if not preempted_any or rules.admit_after_preemption:
+        if not preempted_any or admit_after_preemption:
             while budget > 0 and waiting and len(running) < max_seqs:
                 r = waiting[0]
                 if r.refused_at == pool.releases:
@@ -379,8 +466,8 @@ def simulate(
                 hit_tokens = len(hit_blocks) * bs
                 evictable = pool.evictable(hit_blocks) if hit_blocks else 0
                 wm = watermark_blocks if running else 0
-                free_now = pool.num_free()
-                if rules.full_sequence_gate:
+                free_now = pool.nfree
+                if gate:
                     full_need = -(-min(num_tokens, max_len) // bs) - len(hit_blocks) + evictable
                     if full_need + wm > free_now:
                         r.refused_at = pool.releases
@@ -401,28 +488,28 @@ def simulate(
                 r.computed = hit_tokens
                 if caching:
                     hash_full_blocks(r, hit_tokens + new)
-                if caching and (r.preemptions == 0 or not rules.hits_first_admission_only):
-                    res.prefix_queries += num_tokens
-                    res.prefix_hits += hit_tokens
+                    if r.preemptions == 0 or not first_only:
+                        res.prefix_queries += num_tokens
+                        res.prefix_hits += hit_tokens
                 running.append(r)
-                scheduled.append((r, new))
+                sched.append(r)
+                sched_n.append(new)
+                if new == 1 and hit_tokens == num_tokens - 1:
+                    decodes += 1
+                else:
+                    prefill += new
+                context += hit_tokens + new
                 budget -= new
 
-        if not scheduled and not preempted_any:
+        if not sched and not preempted_any:
             # Nothing can run: only possible when one request cannot fit the pool at all (the
             # command refuses such workloads before simulating); stop instead of spinning.
             break
 
         # ---- the step runs ----------------------------------------------------------------------
-        prefill = decodes = context = 0
-        for r, n in scheduled:
-            if n == 1 and r.computed == r.prompt + r.num_output - 1:
-                decodes += 1
-            else:
-                prefill += n
-            context += r.computed + n
-        dt = step_time.of(prefill, decodes, context)
-        sample_until(now + dt, state)
+        dt = per_step + per_prefill * prefill + per_decode * decodes + per_ctx * context
+        if t_sample < now + dt:
+            t_sample = sample_until(now + dt)
         res.running_time_integral += len(running) * dt
         res.waiting_time_integral += len(waiting) * dt
         now += dt
@@ -431,7 +518,7 @@ def simulate(
 
         # ---- Scheduler.update_from_output() ------------------------------------------------------
         finished_any = False
-        for r, n in scheduled:
+        for r, n in zip(sched, sched_n, strict=True):
             r.computed += n
             if r.computed >= r.prompt + r.num_output:
                 r.num_output += 1
@@ -454,13 +541,43 @@ def simulate(
             running = [r for r in running if r.num_output < r.output]
         if len(running) > res.max_running:
             res.max_running = len(running)
-        state = snapshot(now)
+        st_run, st_wait, st_free, st_rep, st_fin, st_sent = (
+            len(running), len(waiting), pool.nfree, reported, res.finished, res.sent
+        )
 
     res.preemptions = reported
-    sample_until(now + 1e-9, state)
+    sample_until(now + 1e-9)
     if explicit is None:
-        res.samples.append(state)
+        res.samples.append(Sample(now, st_run, st_wait, 1.0 - st_free / usable, st_rep, st_fin, st_sent))
     return res
+
+
+def _all_decoding(running: list[_Req]) -> bool:
+    for r in running:
+        if r.computed != r.prompt + r.num_output - 1:
+            return False
+    return True
+
+
+def _decode_stretch(running: list[_Req], waiting: deque[_Req], pool: BlockPool, max_seqs: int, bs: int) -> int:
+    """How many steps from now are plain decodes with nothing else possible: nobody finishes (the
+    finishing step runs normally), nothing can be admitted (the queue is empty, full, or its head was
+    refused since the last release, and nothing is released until someone finishes), and the new
+    blocks all those steps need fit the free blocks (so no allocation fails and nobody is preempted)."""
+    if waiting and len(running) < max_seqs and waiting[0].refused_at != pool.releases:
+        return 0
+    k = min(r.output - r.num_output for r in running) - 1
+    free = pool.num_free()
+    while k > 1:
+        need = 0
+        for r in running:
+            g = -(-(r.computed + k) // bs) - len(r.blocks)
+            if g > 0:
+                need += g
+        if need <= free:
+            return k
+        k //= 2
+    return k
 
 
 def _fields(s: Sample) -> tuple[int, int, float, int, int, int]:
