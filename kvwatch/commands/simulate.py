@@ -50,7 +50,9 @@ class Format(StrEnum):
 
 
 def _is_scrape(head: str) -> bool:
-    return read_exposition(head).snapshot.engines != () and ("# TYPE vllm:" in head or "\nvllm:" in head)
+    # An exposition declares or writes vLLM series at the start of a line; a log never does (its
+    # lines start with a level, a timestamp or a process prefix).
+    return "# TYPE vllm:" in head or "\nvllm:" in head or head.startswith("vllm:") or "# TYPE ray_vllm:" in head
 
 
 def _read_evidence(paths: list[str]) -> tuple[list[str], list[EvidencePoint], list[str]]:

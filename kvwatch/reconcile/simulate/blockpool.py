@@ -60,20 +60,24 @@ class BlockPool:
     def take(self, n: int) -> list[int]:
         """``n`` blocks from the head of the free queue, their old hashes evicted (get_new_blocks)."""
         queue, stamp, in_free, key, ref, cached = self.queue, self.stamp, self.in_free, self.key, self.ref, self.cached
+        popleft = queue.popleft
         out: list[int] = []
-        while len(out) < n:
-            e = queue.popleft()
+        append = out.append
+        left = n
+        while left:
+            e = popleft()
             b = e & _MASK
             if not in_free[b] or stamp[b] != e >> _SHIFT:
                 continue  # a stale entry (the block was touched, or queued again since)
             in_free[b] = False
             k = key[b]
             if k is not None:
-                if cached.get(k) == b:
-                    del cached[k]
+                # key[b] is set only for the block that owns the entry (set_key), so this is it.
+                del cached[k]
                 key[b] = None
             ref[b] = 1
-            out.append(b)
+            append(b)
+            left -= 1
         self.nfree -= n
         return out
 
@@ -91,17 +95,22 @@ class BlockPool:
         self.releases += 1
         queue, ref, key, stamp, in_free = self.queue, self.ref, self.key, self.stamp, self.in_free
         caching = self.caching
+        append = queue.append
         first: list[int] = []
+        freed = 0
         for b in blocks_in_eviction_order:
-            ref[b] -= 1
-            if ref[b] == 0:
-                self.nfree += 1
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                freed += 1
                 in_free[b] = True
-                stamp[b] += 1
+                st = stamp[b] + 1
+                stamp[b] = st
                 if key[b] is None or not caching:
                     first.append(b)
                 else:
-                    queue.append((stamp[b] << _SHIFT) | b)
+                    append((st << _SHIFT) | b)
+        self.nfree += freed
         # FreeKVCacheBlockQueue.prepend_n keeps the list's order at the front.
         for b in reversed(first):
             queue.appendleft((stamp[b] << _SHIFT) | b)
@@ -125,8 +134,13 @@ class BlockPool:
         return sum(1 for b in blocks if ref[b] == 0)
 
     def set_key(self, block: int, k: Hashable) -> None:
-        """cache_full_blocks: a full block gets its hash (the first block with a hash keeps the entry)."""
-        if not self.caching:
+        """cache_full_blocks: a full block gets its hash.
+
+        When another block already holds the same hash (a request that recomputed a block whose
+        chain was cut earlier), vLLM keeps both in its table; here the newcomer stays unhashed, so it
+        is evicted first instead of last: the cached copy serves every later hit either way.
+        """
+        if not self.caching or k in self.cached:
             return
         self.key[block] = k
-        self.cached.setdefault(k, block)
+        self.cached[k] = block

@@ -305,8 +305,8 @@ def simulate(
             for j in range(r.hashed, full):
                 b = blocks[j]
                 k = j if j < pb else own | j
-                keys[b] = k
-                if k not in cached:
+                if k not in cached:  # BlockPool.set_key, inlined (the hot loop)
+                    keys[b] = k
                     cached[k] = b
             r.hashed = full
 
