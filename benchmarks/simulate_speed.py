@@ -32,7 +32,9 @@ from kvwatch.reconcile.simulate.engine import EngineConfig, SimResult, StepTime,
 from kvwatch.reconcile.simulate.rules import V0_32_0
 
 SEED = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "vllm-cpu-seed"
-SERVER = EngineConfig(blocks=28_000, block_size=16, max_num_seqs=256, max_num_batched_tokens=8192, prefix_caching=True, max_model_len=8192)
+SERVER = EngineConfig(
+    blocks=28_000, block_size=16, max_num_seqs=256, max_num_batched_tokens=8192, prefix_caching=True, max_model_len=8192
+)
 STEP = StepTime(per_step_s=0.02, per_prefill_token_s=2e-6, per_decode_s=2e-5, per_context_token_s=1e-8)
 
 
@@ -65,22 +67,38 @@ def main() -> None:
         analyze_paths([evidence[0]])
 
     def full() -> None:
-        _build(evidence, users=None, rate=None, prompt_tokens=None, output_tokens=None, shared_prefix_tokens=None,
-               pool_tokens=None, duration=None, levers=None, vllm_version=None, seed=0, arch=None)
+        _build(
+            evidence,
+            users=None,
+            rate=None,
+            prompt_tokens=None,
+            output_tokens=None,
+            shared_prefix_tokens=None,
+            pool_tokens=None,
+            duration=None,
+            levers=None,
+            vllm_version=None,
+            seed=0,
+            arch=None,
+        )
 
     base_wall, base_cpu = _median(read_only, args.runs)
     seed_wall, seed_cpu = _median(full, args.runs)
-    print(f"seed run, calibration + all levers: {seed_wall:.2f} s wall, {seed_cpu:.2f} s CPU (reading the evidence "
-          f"alone: {base_wall:.2f} s wall, {base_cpu:.2f} s CPU; CPU ratio {seed_cpu / base_cpu:.1f}x); "
-          f"target < 5 s of one core: {'ok' if seed_cpu < 5 else 'MISSED'}")
+    print(
+        f"seed run, calibration + all levers: {seed_wall:.2f} s wall, {seed_cpu:.2f} s CPU (reading the evidence "
+        f"alone: {base_wall:.2f} s wall, {base_cpu:.2f} s CPU; CPU ratio {seed_cpu / base_cpu:.1f}x); "
+        f"target < 5 s of one core: {'ok' if seed_cpu < 5 else 'MISSED'}"
+    )
 
     results: list[SimResult] = []
     hour_wall, hour_cpu = _median(lambda: results.append(_hour(60)), args.runs)
     res = results[-1]
-    print(f"one simulated hour, 256 sequences: {res.steps:,} steps, {res.finished:,} requests, "
-          f"{res.preemptions} preemptions: {hour_wall:.1f} s wall, {hour_cpu:.1f} s CPU on one core "
-          f"({res.steps / hour_cpu:,.0f} steps per CPU second); "
-          f"target >= 100,000 steps in < 30 s of one core: {'ok' if res.steps >= 100_000 and hour_cpu < 30 else 'MISSED'}")
+    print(
+        f"one simulated hour, 256 sequences: {res.steps:,} steps, {res.finished:,} requests, "
+        f"{res.preemptions} preemptions: {hour_wall:.1f} s wall, {hour_cpu:.1f} s CPU on one core "
+        f"({res.steps / hour_cpu:,.0f} steps per CPU second); "
+        f"target >= 100,000 steps in < 30 s of one core: {'ok' if res.steps >= 100_000 and hour_cpu < 30 else 'MISSED'}"
+    )
 
     peaks = []
     for minutes in (10, 60):
@@ -88,8 +106,10 @@ def main() -> None:
         _hour(minutes)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
-    print(f"memory peak: 10 min {peaks[0] / 2**20:.1f} MiB, 60 min {peaks[1] / 2**20:.1f} MiB "
-          f"(ratio {peaks[1] / peaks[0]:.2f}; flat means ~1, not 6)")
+    print(
+        f"memory peak: 10 min {peaks[0] / 2**20:.1f} MiB, 60 min {peaks[1] / 2**20:.1f} MiB "
+        f"(ratio {peaks[1] / peaks[0]:.2f}; flat means ~1, not 6)"
+    )
 
 
 if __name__ == "__main__":

@@ -71,7 +71,13 @@ def _preemptions(cal: Calibration, rules: SchedulerRules) -> int:
 
 def test_seed_evidence_is_read_as_the_readme_states(seed_cal: Calibration) -> None:
     e, w, o = seed_cal.engine, seed_cal.workload, seed_cal.observed
-    assert (e.blocks, e.block_size, e.max_num_seqs, e.max_num_batched_tokens, e.max_model_len) == (1280, 32, 256, 8192, 9216)
+    assert (e.blocks, e.block_size, e.max_num_seqs, e.max_num_batched_tokens, e.max_model_len) == (
+        1280,
+        32,
+        256,
+        8192,
+        9216,
+    )
     assert e.prefix_caching is True
     assert (w.kind, w.users, w.prompt_tokens, w.output_tokens, w.shared_prefix_tokens) == ("closed", 20, 7500, 1000, 0)
     assert 115 <= w.duration_s <= 125  # the load stopped sending at 120 s
@@ -80,9 +86,11 @@ def test_seed_evidence_is_read_as_the_readme_states(seed_cal: Calibration) -> No
 
 def test_seed_calibration_replays_the_run_within_tolerance(capsys: pytest.CaptureFixture[str]) -> None:
     doc = _json(_evidence(SEED), capsys)
-    assert doc["schema"] == "kvwatch.simulate/1" and doc["vllm_version"] == "0.32.0"
+    assert doc["schema"] == "kvwatch.simulate/1"
+    assert doc["vllm_version"] == "0.32.0"
     obs, sim = doc["calibration"]["observed"], doc["calibration"]["simulated"]
-    assert obs["preemptions"] == 14 and abs(sim["preemptions"] - 14) <= 1
+    assert obs["preemptions"] == 14
+    assert abs(sim["preemptions"] - 14) <= 1
     assert sim["max_running"] == 5
     assert abs(sim["mean_waiting"] - obs["mean_waiting"]) <= 1.0
     assert abs(sim["requests_sent"] - 46) <= 0.05 * 46
@@ -104,7 +112,10 @@ def test_a_resumed_request_recomputes_only_what_was_evicted(seed_cal: Calibratio
 
 
 def _engine_fields(e: EngineConfig) -> dict[str, Any]:
-    return {f: getattr(e, f) for f in ("blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "prefix_caching", "max_model_len")}
+    return {
+        f: getattr(e, f)
+        for f in ("blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "prefix_caching", "max_model_len")
+    }
 
 
 # ---- (b) each rule matters -------------------------------------------------------------------
@@ -115,7 +126,9 @@ def _engine_fields(e: EngineConfig) -> dict[str, Any]:
     [{"full_sequence_gate": False}, {"watermark": 0.01}, {"victim": "oldest"}],
     ids=["without_full_sequence_gate", "with_1pct_watermark", "preempting_oldest"],
 )
-def test_dropping_a_rule_moves_the_seed_preemptions_out_of_tolerance(seed_cal: Calibration, changes: dict[str, Any]) -> None:
+def test_dropping_a_rule_moves_the_seed_preemptions_out_of_tolerance(
+    seed_cal: Calibration, changes: dict[str, Any]
+) -> None:
     base = _preemptions(seed_cal, V0_32_0)
     changed = _preemptions(seed_cal, with_changes(V0_32_0, **changes))
     assert abs(base - 14) <= 1
@@ -130,14 +143,20 @@ def test_prefix_fixture_truth_is_what_its_readme_states() -> None:
     cal = _calibration(PREFIX)
     o = cal.observed
     assert (o.requests_sent, o.preemptions, o.max_running) == (42, 9, 6)
-    assert o.prefix_hit_pct is not None and round(o.prefix_hit_pct, 2) == 19.57
-    assert round(o.mean_running, 2) == 4.64 and round(o.mean_waiting, 2) == 10.09
+    assert o.prefix_hit_pct is not None
+    assert round(o.prefix_hit_pct, 2) == 19.57
+    assert round(o.mean_running, 2) == 4.64
+    assert round(o.mean_waiting, 2) == 10.09
 
 
 def test_seed_evidence_predicts_the_real_shared_prefix_run(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = _json([*_evidence(SEED), "--shared-prefix-tokens", "1504", "--prompt-tokens", "7504", "--lever", "fp8_kv_cache"], capsys)
+    doc = _json(
+        [*_evidence(SEED), "--shared-prefix-tokens", "1504", "--prompt-tokens", "7504", "--lever", "fp8_kv_cache"],
+        capsys,
+    )
     got = doc["scenarios"][0]
-    assert got["name"] == "observed" and got["changes"] == {"prompt_tokens": 7504, "shared_prefix_tokens": 1504}
+    assert got["name"] == "observed"
+    assert got["changes"] == {"prompt_tokens": 7504, "shared_prefix_tokens": 1504}
     r = got["result"]
     truth_pre, truth_hit, truth_run, truth_wait = 9, 19.57, 4.64, 10.09
     assert abs(r["preemptions"] - truth_pre) <= max(1, 0.1 * truth_pre)
@@ -157,20 +176,26 @@ def test_pool_frees_hashed_blocks_to_the_tail_and_unhashed_to_the_head() -> None
     pool.set_key(a[1], "h1")
     pool.release(reversed(a))  # a[2] unhashed -> head; a[1], a[0] hashed -> tail, in that order
     order = pool.free_order()
-    assert order[0] == a[2] and order[-2:] == [a[1], a[0]]
+    assert order[0] == a[2]
+    assert order[-2:] == [a[1], a[0]]
     assert pool.lookup(["h0", "h1", "h2"]) == [a[0], a[1]]
     taken = pool.take(3)  # the head first: a[2], then the never-used blocks; hashes survive
-    assert taken[0] == a[2] and pool.lookup(["h0"]) == [a[0]]
+    assert taken[0] == a[2]
+    assert pool.lookup(["h0"]) == [a[0]]
     assert abs(pool.usage() - 3 / 5) < 1e-12  # 1 - free / (blocks - 1)
 
 
 def test_a_full_prompt_hit_still_computes_one_token() -> None:
     # get_computed_blocks caps the hit at num_tokens - 1: two identical 64-token prompts on 32-token
     # blocks share only the first block, so the second computes 33 tokens, not 0.
-    engine = EngineConfig(blocks=20, block_size=32, max_num_seqs=4, max_num_batched_tokens=512, prefix_caching=True, max_model_len=512)
+    engine = EngineConfig(
+        blocks=20, block_size=32, max_num_seqs=4, max_num_batched_tokens=512, prefix_caching=True, max_model_len=512
+    )
     wl = Workload("closed", 1, None, 64, 1, 64, 1.0, max_requests=2)
     res = simulate(engine, wl, StepTime(0.01, 0, 0, 0), V0_32_0)
-    assert res.finished == 2 and res.prefix_hits == 32 and res.computed_prompt_tokens == 64 + 32
+    assert res.finished == 2
+    assert res.prefix_hits == 32
+    assert res.computed_prompt_tokens == 64 + 32
 
 
 def test_open_loop_is_deterministic_for_a_seed() -> None:
@@ -205,7 +230,9 @@ def _startup_only_log(tmp_path: Path) -> str:
         ("missing_file", 2, "no such file"),
     ],
 )
-def test_bad_input_is_one_line(case: str, code: int, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line(
+    case: str, code: int, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = {
         "no_stats_no_scrapes": [_startup_only_log(tmp_path)],
         "pool_of_zero": [*_evidence(SEED), "--pool-tokens", "0"],
@@ -217,7 +244,9 @@ def test_bad_input_is_one_line(case: str, code: int, words: str, tmp_path: Path,
     got, out, err = _run(["simulate", *args], capsys)
     assert got == code
     assert out == ""
-    assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert words in err
+    assert "Traceback" not in err
 
 
 def test_an_unread_v1_version_uses_the_nearest_rules_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
@@ -238,7 +267,8 @@ def test_text_output_puts_the_static_ceiling_beside_the_outcome(capsys: pytest.C
 def test_pool960_fixture_truth_is_what_its_readme_states() -> None:
     o = _calibration(POOL960).observed
     assert (o.requests_sent, o.preemptions, o.max_running) == (36, 11, 4)
-    assert round(o.mean_running, 2) == 2.81 and round(o.mean_waiting, 2) == 11.12
+    assert round(o.mean_running, 2) == 2.81
+    assert round(o.mean_waiting, 2) == 11.12
 
 
 def test_seed_evidence_predicts_the_real_smaller_pool_run(capsys: pytest.CaptureFixture[str]) -> None:

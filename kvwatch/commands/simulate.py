@@ -128,17 +128,26 @@ def simulate_command(
     prompt_tokens: Annotated[int | None, typer.Option("--prompt-tokens", help="Prompt tokens per request.")] = None,
     output_tokens: Annotated[int | None, typer.Option("--output-tokens", help="Output tokens per request.")] = None,
     shared_prefix_tokens: Annotated[
-        int | None, typer.Option("--shared-prefix-tokens", help="Tokens at the start of every prompt that are the same.")
+        int | None,
+        typer.Option("--shared-prefix-tokens", help="Tokens at the start of every prompt that are the same."),
     ] = None,
-    pool_tokens: Annotated[int | None, typer.Option("--pool-tokens", help="KV pool in tokens (default: the log's).")] = None,
-    duration: Annotated[float | None, typer.Option("--duration", help="Seconds of load (no new request after).")] = None,
-    lever: Annotated[list[str] | None, typer.Option("--lever", help="Simulate only this capacity lever (repeatable).")] = None,
+    pool_tokens: Annotated[
+        int | None, typer.Option("--pool-tokens", help="KV pool in tokens (default: the log's).")
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option("--duration", help="Seconds of load (no new request after).")
+    ] = None,
+    lever: Annotated[
+        list[str] | None, typer.Option("--lever", help="Simulate only this capacity lever (repeatable).")
+    ] = None,
     vllm_version: Annotated[str | None, typer.Option("--vllm-version", help="Scheduler rules of this release.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the open-loop arrivals.")] = 0,
     model_config: Annotated[
         str | None, typer.Option("--model-config", metavar="FILE", help="The model's config.json, for the levers.")
     ] = None,
-    model: Annotated[str | None, typer.Option("--model", metavar="NAME", help="A catalogue model, for the levers.")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", metavar="NAME", help="A catalogue model, for the levers.")
+    ] = None,
     output_format: Annotated[Format, typer.Option("--format", help="text or json (kvwatch.simulate/1).")] = Format.text,
 ) -> None:
     """vLLM's scheduler replayed: calibrated on the evidence, then the workload and each lever simulated."""
@@ -308,21 +317,38 @@ def _build(
             },
         }
 
-    observed_result = run(scen_engine, workload, step, rules, sample_every_s=every, time_weighted=time_weighted, seed=seed)
+    observed_result = run(
+        scen_engine, workload, step, rules, sample_every_s=every, time_weighted=time_weighted, seed=seed
+    )
     scenarios: list[dict[str, Any]] = [
-        {"name": "observed", "changes": _changes(base, workload, engine, scen_engine), "result": observed_result,
-         "static_max_concurrency": None, "note": ""}
+        {
+            "name": "observed",
+            "changes": _changes(base, workload, engine, scen_engine),
+            "result": observed_result,
+            "static_max_concurrency": None,
+            "note": "",
+        }
     ]
     rows = _lever_rows(facts, arch, workload, engine, scen_engine)
     for s in lever_scenarios(
-        scen_engine, workload, step, rules, rows, only=levers, sample_every_s=every, time_weighted=time_weighted, seed=seed
+        scen_engine,
+        workload,
+        step,
+        rules,
+        rows,
+        only=levers,
+        sample_every_s=every,
+        time_weighted=time_weighted,
+        seed=seed,
     ):
         scenarios.append(_scenario_dict(s))
     if levers:
         known = {str(r.get("lever")) for r in rows}
         unknown = [n for n in levers if n not in known]
         if unknown:
-            raise UsageError(f"--lever {unknown[0]}: not a lever; use one of {', '.join(sorted(known)) or 'the capacity levers'}")
+            raise UsageError(
+                f"--lever {unknown[0]}: not a lever; use one of {', '.join(sorted(known)) or 'the capacity levers'}"
+            )
 
     return {
         "schema": SCHEMA,
@@ -355,7 +381,15 @@ def _build(
 
 def _changes(base: Workload, wl: Workload, engine: EngineConfig, scen: EngineConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for field in ("kind", "users", "rate_per_s", "prompt_tokens", "output_tokens", "shared_prefix_tokens", "duration_s"):
+    for field in (
+        "kind",
+        "users",
+        "rate_per_s",
+        "prompt_tokens",
+        "output_tokens",
+        "shared_prefix_tokens",
+        "duration_s",
+    ):
         if getattr(base, field) != getattr(wl, field):
             out[field] = getattr(wl, field)
     if scen.blocks != engine.blocks:
@@ -398,7 +432,8 @@ def render_text(doc: dict[str, Any]) -> str:
     e, w = doc["engine"], doc["workload"]
     who = f"{w['users']} users" if w["kind"] == "closed" else f"{w['rate_per_s']} req/s"
     lines = [
-        f"vLLM {doc['vllm_version']} scheduler, pool {e['pool_tokens']:,} tokens ({e['blocks']:,} x {e['block_size']}), "
+        f"vLLM {doc['vllm_version']} scheduler, pool {e['pool_tokens']:,} tokens "
+        f"({e['blocks']:,} x {e['block_size']}), "
         f"max_num_seqs {e['max_num_seqs']}, {e['max_num_batched_tokens']:,} batched tokens, "
         f"prefix caching {'on' if e['prefix_caching'] else 'off'}",
         f"workload: {who}, {w['prompt_tokens']:,} prompt + {w['output_tokens']:,} output tokens "
@@ -431,11 +466,17 @@ def render_text(doc: dict[str, Any]) -> str:
         if r is None:
             lines.append(f"{sc['name']:<34}{ceiling:>8}  not simulated: {sc['note']}")
             continue
-        lines.append(
-            f"{sc['name']:<34}{ceiling:>8}{r['requests_finished']:>6}{_fmt(r['preemptions_per_100_requests'], '.1f'):>12}"
-            f"{_fmt(r['mean_running'], '.1f'):>6}{_fmt(r['mean_waiting'], '.1f'):>7}{_fmt(r['prefix_hit_pct'], '.1f'):>7}"
-            f"{_fmt(r['ttft_s']['p95'], '.1f'):>10}{_fmt(r['e2e_s']['p95'], '.1f'):>9}{_fmt(r['tokens_per_s'], '.0f'):>8}"
+        cells = (
+            f"{r['requests_finished']:>6}",
+            f"{_fmt(r['preemptions_per_100_requests'], '.1f'):>12}",
+            f"{_fmt(r['mean_running'], '.1f'):>6}",
+            f"{_fmt(r['mean_waiting'], '.1f'):>7}",
+            f"{_fmt(r['prefix_hit_pct'], '.1f'):>7}",
+            f"{_fmt(r['ttft_s']['p95'], '.1f'):>10}",
+            f"{_fmt(r['e2e_s']['p95'], '.1f'):>9}",
+            f"{_fmt(r['tokens_per_s'], '.0f'):>8}",
         )
+        lines.append(f"{sc['name']:<34}{ceiling:>8}" + "".join(cells))
     lines.append("")
     lines.append("ceiling = capacity's static max concurrency; run/wait = means at the scrape instants; times in s")
     for n in doc.get("notes") or []:

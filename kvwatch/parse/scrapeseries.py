@@ -9,6 +9,7 @@ sum over the label sets of one server (engines, finish reasons), ``_created`` sa
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -63,7 +64,7 @@ def read_timing(text: str) -> TimingSeries:
             value = float(m.group(2))
         except ValueError:
             continue
-        if value == value:  # NaN carries nothing
+        if not math.isnan(value):  # NaN carries nothing
             totals[field] = totals.get(field, 0.0) + value
     return TimingSeries(**totals)
 

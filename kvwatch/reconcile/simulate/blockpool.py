@@ -27,7 +27,7 @@ _MASK = (1 << _SHIFT) - 1
 class BlockPool:
     """Free queue, hash table and reference counts of ``num_blocks`` blocks (block 0 is the null block)."""
 
-    __slots__ = ("num_blocks", "ref", "key", "cached", "queue", "stamp", "in_free", "nfree", "caching", "releases")
+    __slots__ = ("cached", "caching", "in_free", "key", "nfree", "num_blocks", "queue", "ref", "releases", "stamp")
 
     def __init__(self, num_blocks: int, caching: bool) -> None:
         if num_blocks < 2:

@@ -26,8 +26,8 @@ from typing import Any
 
 from kvwatch.errors import UnusableInput
 from kvwatch.parse.scrapeseries import TimingSeries
-from kvwatch.records import MetricsSnapshot
 from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload
+from kvwatch.records import MetricsSnapshot
 
 # vLLM's own defaults where a log does not print a setting (vllm/config/scheduler.py 0.32.0:
 # max_num_seqs 256 on CPU/GPU usage contexts; V1 enables prefix caching by default).
@@ -132,7 +132,9 @@ def engine_from_facts(doc: Mapping[str, Any], pool_tokens: int | None = None) ->
         blocks = int(cap["kv_cache_tokens"]) // bs
     if pool_tokens is not None:
         if pool_tokens <= 0:
-            raise UnusableInput(f"--pool-tokens {pool_tokens}: a KV pool of 0 tokens holds no request; give a positive size")
+            raise UnusableInput(
+                f"--pool-tokens {pool_tokens}: a KV pool of 0 tokens holds no request; give a positive size"
+            )
         blocks = pool_tokens // bs
     if blocks is None:
         raise UnusableInput(
@@ -140,7 +142,8 @@ def engine_from_facts(doc: Mapping[str, Any], pool_tokens: int | None = None) ->
         )
     if blocks < 2:
         raise UnusableInput(
-            f"a KV pool of {blocks} block(s) holds no request (vLLM keeps one null block); vLLM refuses to start with it"
+            f"a KV pool of {blocks} block(s) holds no request (vLLM keeps one null block); "
+            "vLLM refuses to start with it"
         )
     max_len = _pos(cfg.get("max_seq_len")) or _pos((cap.get("max_concurrency") or {}).get("tokens_per_request"))
     prefix = cfg.get("enable_prefix_caching")
@@ -187,7 +190,7 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
         if admissions > 1:
             # The first request of a prefix misses; each later one hits the shared full blocks.
             per_hit = dh / (admissions - 1)
-            shared = int(round(per_hit / engine.block_size)) * engine.block_size
+            shared = round(per_hit / engine.block_size) * engine.block_size
             why.append(f"shared prefix {shared:,} tokens = Δhits per later admission, in whole blocks")
 
     arrivals = [(p.t, a) for p in points if (a := _arrivals(p)) is not None]
@@ -202,7 +205,7 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
     # is on its way back, so the most seen while a queue existed (before the load ended) is the count.
     queued = [p.running + p.waiting for p in points if p.waiting >= 1 and p.t <= load_end]
     if len(queued) >= 2:
-        users = int(round(max(queued)))
+        users = round(max(queued))
         why.append(f"closed loop of {users} users = most running + waiting while requests waited")
         why.append(f"no new request after {load_end:.0f} s = last scrape before arrivals stopped growing")
         return Workload("closed", users, None, prompt, output, shared, load_end), why
@@ -277,9 +280,11 @@ def step_time_from_points(points: Sequence[EvidencePoint], engine: EngineConfig)
             prefill = max(0.0, tokens - gen)
         if steps <= 0:
             continue
-        usage = statistics.fmean(u for u in (p.kv_usage, q.kv_usage) if u is not None) if (
-            p.kv_usage is not None or q.kv_usage is not None
-        ) else 0.0
+        usage = (
+            statistics.fmean(u for u in (p.kv_usage, q.kv_usage) if u is not None)
+            if (p.kv_usage is not None or q.kv_usage is not None)
+            else 0.0
+        )
         rows.append([steps, prefill, gen, steps * usage * held_tokens])
         ys.append(dt)
     if len(rows) < 2:
@@ -299,10 +304,10 @@ def observed_from_points(points: Sequence[EvidencePoint], load_end: float) -> Ob
     """The run as its scrapes report it."""
     first, last = points[0], points[-1]
     arrivals = _arrivals(last)
-    sent = int(round(arrivals - (_arrivals(first) or 0.0))) if arrivals is not None else 0
+    sent = round(arrivals - (_arrivals(first) or 0.0)) if arrivals is not None else 0
     pre = None
     if first.preemptions is not None and last.preemptions is not None:
-        pre = int(round(last.preemptions - first.preemptions))
+        pre = round(last.preemptions - first.preemptions)
     hit = None
     dq, dh = _delta(points, "prefix_queries"), _delta(points, "prefix_hits")
     if dq:

@@ -163,19 +163,19 @@ class SimResult:
 
 class _Req:
     __slots__ = (
-        "rid",
         "arrival",
-        "prompt",
-        "output",
-        "prefix_blocks",
-        "num_output",
-        "computed",
         "blocks",
-        "hashed",
-        "preemptions",
-        "pending_report",
+        "computed",
         "first_token",
+        "hashed",
+        "num_output",
+        "output",
+        "pending_report",
+        "preemptions",
+        "prefix_blocks",
+        "prompt",
         "refused_at",
+        "rid",
     )
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, prefix_blocks: int) -> None:
@@ -398,10 +398,8 @@ def simulate(
                 budget -= 1
                 i += 1
                 continue
-            if new > budget:
-                new = budget
-            if new > max_len - c - 1:
-                new = max_len - c - 1
+            new = min(new, budget)
+            new = min(new, max_len - c - 1)
             if new <= 0:
                 i += 1
                 continue
@@ -539,10 +537,14 @@ def simulate(
                         send(now)
         if finished_any:
             running = [r for r in running if r.num_output < r.output]
-        if len(running) > res.max_running:
-            res.max_running = len(running)
+        res.max_running = max(res.max_running, len(running))
         st_run, st_wait, st_free, st_rep, st_fin, st_sent = (
-            len(running), len(waiting), pool.nfree, reported, res.finished, res.sent
+            len(running),
+            len(waiting),
+            pool.nfree,
+            reported,
+            res.finished,
+            res.sent,
         )
 
     res.preemptions = reported
@@ -553,10 +555,7 @@ def simulate(
 
 
 def _all_decoding(running: list[_Req]) -> bool:
-    for r in running:
-        if r.computed != r.prompt + r.num_output - 1:
-            return False
-    return True
+    return all(r.computed == r.prompt + r.num_output - 1 for r in running)
 
 
 def _decode_stretch(running: list[_Req], waiting: deque[_Req], pool: BlockPool, max_seqs: int, bs: int) -> int:

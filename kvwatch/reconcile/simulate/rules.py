@@ -89,7 +89,9 @@ def rules_for(version: str | None, *, from_flag: bool = False) -> RuleChoice:
     error: type[KvwatchError] = UsageError if from_flag else UnusableInput
     newest = max(RULES)
     if version is None:
-        return RuleChoice(RULES[newest], None, f"no vLLM version in the evidence; using {RULES[newest].version}'s rules")
+        return RuleChoice(
+            RULES[newest], None, f"no vLLM version in the evidence; using {RULES[newest].version}'s rules"
+        )
     key = _version(version)
     if key is None:
         raise error(f"vLLM version {version!r}: not a version; give --vllm-version e.g. 0.32.0")
@@ -103,7 +105,9 @@ def rules_for(version: str | None, *, from_flag: bool = False) -> RuleChoice:
     nearest = min(RULES, key=lambda k: (abs(k[1] - key[1]) + 100 * abs(k[0] - key[0]), -k[1]))
     chosen = RULES[nearest]
     return RuleChoice(
-        chosen, version, f"vLLM {version}'s scheduler source was not read; using the nearest read rules ({chosen.version})"
+        chosen,
+        version,
+        f"vLLM {version}'s scheduler source was not read; using the nearest read rules ({chosen.version})",
     )
 
 

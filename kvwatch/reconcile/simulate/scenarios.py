@@ -87,7 +87,9 @@ def fits(engine: EngineConfig, workload: Workload) -> str | None:
         )
     usable = (engine.blocks - 1) * engine.block_size
     if total > usable:
-        return f"a request of {total:,} tokens exceeds the whole KV pool ({usable:,} usable tokens): it can never finish"
+        return (
+            f"a request of {total:,} tokens exceeds the whole KV pool ({usable:,} usable tokens): it can never finish"
+        )
     return None
 
 
@@ -145,7 +147,9 @@ def lever_scenarios(
             note = "prefix caching turned " + ("on" if eng.prefix_caching else "off (it is on in the evidence)")
         elif name == "fewer_prompt_tokens":
             prompt = workload.prompt_tokens * 3 // 4
-            wl = replace(workload, prompt_tokens=prompt, shared_prefix_tokens=min(workload.shared_prefix_tokens, prompt))
+            wl = replace(
+                workload, prompt_tokens=prompt, shared_prefix_tokens=min(workload.shared_prefix_tokens, prompt)
+            )
             changes = {"prompt_tokens": prompt}
             note = f"prompt {workload.prompt_tokens:,} -> {prompt:,} tokens (-25 %)"
         elif name == "max_model_len_half":
@@ -153,7 +157,16 @@ def lever_scenarios(
             eng = replace(engine, max_model_len=half)
             changes = {"max_model_len": half}
             if workload.prompt_tokens + workload.output_tokens > half:
-                out.append(Scenario(name, changes, None, ceiling, f"requests of {workload.prompt_tokens + workload.output_tokens:,} tokens exceed {half:,}: vLLM would refuse every one"))
+                out.append(
+                    Scenario(
+                        name,
+                        changes,
+                        None,
+                        ceiling,
+                        f"requests of {workload.prompt_tokens + workload.output_tokens:,} tokens exceed {half:,}: "
+                        "vLLM would refuse every one",
+                    )
+                )
                 continue
             note = "changes only vLLM's startup ratio: admission and allocation read each request's own length"
         else:
