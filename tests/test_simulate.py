@@ -150,6 +150,9 @@ def test_prefix_fixture_truth_is_what_its_readme_states() -> None:
 
 
 def test_seed_evidence_predicts_the_real_shared_prefix_run(capsys: pytest.CaptureFixture[str]) -> None:
+    # Counts scale with the requests served, and the real run was recorded on a busier machine
+    # (42 requests where the seed's timing serves 53: README), so preemptions are compared per 100
+    # requests; the hit rate, max running and the gauges' means directly.
     doc = _json(
         [*_evidence(SEED), "--shared-prefix-tokens", "1504", "--prompt-tokens", "7504", "--lever", "fp8_kv_cache"],
         capsys,
@@ -158,8 +161,8 @@ def test_seed_evidence_predicts_the_real_shared_prefix_run(capsys: pytest.Captur
     assert got["name"] == "observed"
     assert got["changes"] == {"prompt_tokens": 7504, "shared_prefix_tokens": 1504}
     r = got["result"]
-    truth_pre, truth_hit, truth_run, truth_wait = 9, 19.57, 4.64, 10.09
-    assert abs(r["preemptions"] - truth_pre) <= max(1, 0.1 * truth_pre)
+    truth_per100, truth_hit, truth_run, truth_wait = 100 * 9 / 42, 19.57, 4.64, 10.09
+    assert abs(r["preemptions_per_100_requests"] - truth_per100) <= 0.1 * truth_per100
     assert abs(r["prefix_hit_pct"] - truth_hit) <= 1.0
     assert r["max_running"] == 6
     assert abs(r["mean_running"] - truth_run) <= 0.5

@@ -26,7 +26,8 @@ from typing import Any
 
 from kvwatch.errors import UnusableInput
 from kvwatch.parse.scrapeseries import TimingSeries
-from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload
+from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload, simulate
+from kvwatch.reconcile.simulate.rules import V0_32_0, SchedulerRules
 from kvwatch.records import MetricsSnapshot
 
 # vLLM's own defaults where a log does not print a setting (vllm/config/scheduler.py 0.32.0:
@@ -326,8 +327,24 @@ def observed_from_points(points: Sequence[EvidencePoint], load_end: float) -> Ob
     )
 
 
-def calibrate(doc: Mapping[str, Any], points: Sequence[EvidencePoint], pool_tokens: int | None = None) -> Calibration:
-    """Engine, workload, step time and the observed run from a log's facts and its scrapes."""
+def _scaled(step: StepTime, k: float) -> StepTime:
+    return StepTime(
+        step.per_step_s * k, step.per_prefill_token_s * k, step.per_decode_s * k, step.per_context_token_s * k
+    )
+
+
+def calibrate(
+    doc: Mapping[str, Any],
+    points: Sequence[EvidencePoint],
+    pool_tokens: int | None = None,
+    rules: SchedulerRules = V0_32_0,
+) -> Calibration:
+    """Engine, workload, step time and the observed run from a log's facts and its scrapes.
+
+    The interval fit is noisy on a shared machine (steps, tokens and context move together), so
+    the fitted model is then scaled as a whole until the replay drains when the run drained: the
+    run's own drain is the one figure that integrates every step of it.
+    """
     if len(points) < 2:
         raise UnusableInput(
             "simulate needs at least two saved /metrics scrapes of the run (the log alone states no request "
@@ -338,5 +355,14 @@ def calibrate(doc: Mapping[str, Any], points: Sequence[EvidencePoint], pool_toke
     workload, why = workload_from_points(pts, engine)
     step, how = step_time_from_points(pts, engine)
     observed = observed_from_points(pts, workload.duration_s)
+    drain = observed.drain_end_s
+    if drain:
+        for _ in range(2):
+            replay = simulate(engine, workload, step, rules, sample_at=observed.sample_at)
+            if replay.end_s <= 0:
+                break
+            k = min(2.0, max(0.5, drain / replay.end_s))
+            step = _scaled(step, k)
+        how += f"; scaled so the replay drains at {drain:.0f} s as the run did"
     version = (doc.get("config") or {}).get("vllm_version")
     return Calibration(engine, workload, step, observed, version, (*why, how))
