@@ -239,13 +239,15 @@ def _build(
             f"{', '.join(paths)}: no vLLM stats lines and no /metrics scrapes; give the server's log "
             "and the scrapes saved during the load"
         )
+    early_version = vllm_version or (facts.get("config") or {}).get("vllm_version")
+    choice = rules_for(early_version, from_flag=vllm_version is not None)
+    rules = choice.rules
     if len(points) >= 2:
-        cal = calibrate(facts, points)
+        cal = calibrate(facts, points, rules=rules)
         engine = cal.engine
         base = cal.workload
         step = cal.step_time
         notes.extend(cal.sources)
-        version = vllm_version or cal.vllm_version
     else:
         if prompt_tokens is None or output_tokens is None or (users is None and rate is None):
             what = "the log states no request sizes" if paths else "no evidence given"
@@ -263,11 +265,8 @@ def _build(
         base = Workload("closed", 1, None, prompt_tokens, output_tokens, 0, 600.0)
         step = NOMINAL_STEP
         notes.append("step time nominal (no scrapes to time the engine by): times are not this server's")
-        version = vllm_version or (facts.get("config") or {}).get("vllm_version")
-    choice = rules_for(version, from_flag=vllm_version is not None)
     if choice.note:
         notes.append(choice.note)
-    rules = choice.rules
     if engine.blocks < 2:
         raise UnusableInput(f"a KV pool of {engine.pool_tokens} tokens holds no request; vLLM refuses to start with it")
 
@@ -320,12 +319,17 @@ def _build(
     observed_result = run(
         scen_engine, workload, step, rules, sample_every_s=every, time_weighted=time_weighted, seed=seed
     )
+    own = (
+        workload.prompt_tokens
+        + workload.output_tokens
+        - (workload.shared_prefix_tokens if scen_engine.prefix_caching else 0)
+    )
     scenarios: list[dict[str, Any]] = [
         {
             "name": "observed",
             "changes": _changes(base, workload, engine, scen_engine),
             "result": observed_result,
-            "static_max_concurrency": None,
+            "static_max_concurrency": round(scen_engine.pool_tokens / own, 2) if own > 0 else None,
             "note": "",
         }
     ]

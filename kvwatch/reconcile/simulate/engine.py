@@ -548,7 +548,8 @@ def simulate(
         )
 
     res.preemptions = reported
-    sample_until(now + 1e-9)
+    # Scrapes after the drain read the idle server.
+    sample_until(math.inf if explicit is not None else now + 1e-9)
     if explicit is None:
         res.samples.append(Sample(now, st_run, st_wait, 1.0 - st_free / usable, st_rep, st_fin, st_sent))
     return res
