@@ -285,3 +285,18 @@ def test_seed_evidence_predicts_the_real_smaller_pool_run(capsys: pytest.Capture
     assert r["max_running"] == 4
     assert abs(r["mean_running"] - truth_run) <= 0.5
     assert abs(r["mean_waiting"] - truth_wait) <= 1.0
+
+
+def test_the_preemption_counter_lags_until_the_victim_resumes(seed_cal: Calibration) -> None:
+    # v1/metrics/stats.py update_from_events: PREEMPTED reaches vllm:num_preemptions with the
+    # victim's next output, so a scrape between a preemption and the resume reads the old count.
+    def series(rules: SchedulerRules) -> list[int]:
+        res = simulate(seed_cal.engine, seed_cal.workload, seed_cal.step_time, rules, sample_every_s=0.5)
+        return [s.preemptions for s in res.samples]
+
+    lagged = series(V0_32_0)
+    at_once = series(with_changes(V0_32_0, preemption_counted_on_resume=False))
+    assert len(lagged) == len(at_once)
+    assert all(a <= b for a, b in zip(lagged, at_once, strict=True))
+    assert any(a < b for a, b in zip(lagged, at_once, strict=True))
+    assert lagged[-1] == at_once[-1]

@@ -482,7 +482,8 @@ def render_text(doc: dict[str, Any]) -> str:
         )
         lines.append(f"{sc['name']:<34}{ceiling:>8}" + "".join(cells))
     lines.append("")
-    lines.append("ceiling = capacity's static max concurrency; run/wait = means at the scrape instants; times in s")
+    where = "at the scrape instants" if cal else "time-weighted"
+    lines.append(f"ceiling = capacity's static max concurrency; run/wait = means {where}; times in s")
     for n in doc.get("notes") or []:
         lines.append(f"note: {n}")
     return "\n".join(lines)

@@ -319,6 +319,7 @@ def simulate(
     admit_after_preemption = rules.admit_after_preemption
     gate = rules.full_sequence_gate
     first_only = rules.hits_first_admission_only
+    lag_counter = rules.preemption_counted_on_resume
     t_sample = next_sample()
     while True:
         while arrivals and arrivals[0][0] <= now:
@@ -426,7 +427,10 @@ def simulate(
                 free_req(victim)
                 victim.computed = 0
                 victim.preemptions += 1
-                victim.pending_report += 1
+                if lag_counter:
+                    victim.pending_report += 1
+                else:
+                    reported += 1
                 res.preemption_events += 1
                 waiting.appendleft(victim)
                 preempted_any = True
