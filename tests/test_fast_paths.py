@@ -300,6 +300,7 @@ print(sorted(m for m in sys.modules if m.startswith("kvwatch.commands.")))
             [
                 "kvwatch.commands.analyze",
                 "kvwatch.commands.capacity",
+                "kvwatch.commands.simulate",
                 "kvwatch.commands.snapshot",
                 "kvwatch.commands.watch",
             ],

@@ -55,7 +55,23 @@ def _is_scrape(head: str) -> bool:
     return "# TYPE vllm:" in head or "\nvllm:" in head or head.startswith("vllm:") or "# TYPE ray_vllm:" in head
 
 
-def _read_evidence(paths: list[str]) -> tuple[list[str], list[EvidencePoint], list[str]]:
+def _facts_from_cache_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Without a log: the pool and switches vLLM's ``vllm:cache_config_info`` labels state."""
+    memory = config.get("kv_cache_memory_bytes")
+    return {
+        "capacity": {
+            "gpu_blocks": config.get("num_gpu_blocks"),
+            "block_size": config.get("block_size"),
+            "kv_cache_tokens": config.get("kv_cache_size_tokens"),
+            "kv_cache_memory_gib": memory / 2**30 if isinstance(memory, (int, float)) else None,
+        },
+        "config": {"enable_prefix_caching": config.get("enable_prefix_caching")},
+    }
+
+
+def _read_evidence(paths: list[str]) -> tuple[list[str], list[EvidencePoint], list[str], dict[str, Any]]:
+    """Logs (paths), scrape points, notes, and the first scrape's vllm:cache_config_info labels."""
+    cache_config: dict[str, Any] = {}
     logs: list[str] = []
     points: list[EvidencePoint] = []
     notes: list[str] = []
@@ -74,7 +90,10 @@ def _read_evidence(paths: list[str]) -> tuple[list[str], list[EvidencePoint], li
             if at is None:
                 mtimes.append((path, os.path.getmtime(path), text))
                 continue
-            point = evidence_point(at, read_exposition(text).snapshot, read_timing(text))
+            snap = read_exposition(text).snapshot
+            if snap.cache_config and not cache_config:
+                cache_config.update(snap.cache_config)
+            point = evidence_point(at, snap, read_timing(text))
             if point is not None:
                 points.append(point)
         else:
@@ -93,7 +112,7 @@ def _read_evidence(paths: list[str]) -> tuple[list[str], list[EvidencePoint], li
             if point is not None:
                 points.append(point)
         notes.append("scrape instants from the files' modification times")
-    return logs, points, notes
+    return logs, points, notes, cache_config
 
 
 def _analyze(logs: list[str]) -> dict[str, Any]:
@@ -230,8 +249,14 @@ def _build(
     seed: int,
     arch: Any,
 ) -> dict[str, Any]:
-    logs, points, notes = _read_evidence(paths)
+    logs, points, notes, cache_config = _read_evidence(paths)
     facts = _analyze(logs)
+    if not logs and cache_config.get("num_gpu_blocks"):
+        facts = _facts_from_cache_config(cache_config)
+        notes.append(
+            "no log: pool and prefix caching from vllm:cache_config_info; max_num_seqs and "
+            "max_num_batched_tokens at vLLM's defaults (256, 8,192)"
+        )
     stats_count = (facts.get("stats") or {}).get("count") or 0
     cal: Calibration | None = None
     if paths and not points and not stats_count:
@@ -242,6 +267,10 @@ def _build(
     early_version = vllm_version or (facts.get("config") or {}).get("vllm_version")
     choice = rules_for(early_version, from_flag=vllm_version is not None)
     rules = choice.rules
+    if len(points) == 1 and prompt_tokens is None:
+        raise UnusableInput(
+            "one /metrics scrape states no rates; give two or more saved during the load (e.g. every 10 s)"
+        )
     if len(points) >= 2:
         cal = calibrate(facts, points, rules=rules)
         engine = cal.engine
@@ -284,6 +313,8 @@ def _build(
         every = statistics.median(gaps) if gaps else 10.0
         replay = simulate(engine, cal.workload, step, rules, sample_at=cal.observed.sample_at, seed=seed)
         got = result_dict(replay)
+        # Like for like: the observed max is the most the scrapes saw, so the replay's is too.
+        got["max_running"] = max((s.running for s in replay.samples), default=0)
         obs = cal.observed
         calibration = {
             "step_time": {
