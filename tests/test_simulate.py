@@ -304,6 +304,7 @@ def test_the_preemption_counter_lags_until_the_victim_resumes(seed_cal: Calibrat
 
 def test_scrapes_alone_give_the_pool_from_cache_config_info(capsys: pytest.CaptureFixture[str]) -> None:
     doc = _json([*_evidence(SEED)[1:], "--lever", "fp8_kv_cache"], capsys)
-    assert doc["engine"]["pool_tokens"] == 40960 and doc["engine"]["block_size"] == 32
+    assert doc["engine"]["pool_tokens"] == 40960
+    assert doc["engine"]["block_size"] == 32
     assert doc["calibration"]["observed"]["preemptions"] == 14
     assert any("cache_config_info" in n for n in doc["notes"])
