@@ -19,6 +19,7 @@ Pure: the command reads the files and hands over an analyze document (the log's 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -238,7 +239,13 @@ def _solve(rows: list[list[float]], ys: list[float], cols: tuple[int, ...]) -> l
 
 
 def nnls(rows: list[list[float]], ys: list[float]) -> list[float]:
-    """Non-negative least squares by trying every subset of columns (exact for a handful)."""
+    """Non-negative least squares over every subset of columns, the subset chosen by BIC.
+
+    In a steady run steps, tokens and context grow together from interval to interval, so several
+    subsets fit almost equally well and the full one splits the time arbitrarily (a run of pure
+    decode steps "explained" by prefill tokens). The Bayesian information criterion,
+    n ln(RSS / n) + k ln(n), keeps a term only when the data need it.
+    """
     m = len(rows[0])
     scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(m)]
     scaled = [[r[j] / scale[j] for j in range(m)] for r in rows]
@@ -252,8 +259,10 @@ def nnls(rows: list[list[float]], ys: list[float]) -> list[float]:
             for c, v in zip(cols, x, strict=True):
                 full[c] = v
             err = sum((sum(r[j] * full[j] for j in range(m)) - y) ** 2 for r, y in zip(scaled, ys, strict=True))
-            if best is None or err < best[0] - 1e-12:
-                best = (err, full)
+            n = len(ys)
+            bic = n * math.log(max(err, 1e-300) / n) + k * math.log(n)
+            if best is None or bic < best[0] - 1e-9:
+                best = (bic, full)
     if best is None:
         return [0.0] * m
     return [v / scale[j] for j, v in enumerate(best[1])]

@@ -381,7 +381,7 @@ def simulate(
         sched: list[_Req] = []
         sched_n: list[int] = []
         preempted_any = False
-        prefill = decodes = context = 0
+        prefill = decodes = context = recompute = 0
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
@@ -449,6 +449,8 @@ def simulate(
                 decodes += 1
             else:
                 prefill += new
+                if r.preemptions:
+                    recompute += new
             context += c + new
             budget -= new
             i += 1
@@ -500,6 +502,8 @@ def simulate(
                     decodes += 1
                 else:
                     prefill += new
+                    if r.preemptions:
+                        recompute += new
                 context += hit_tokens + new
                 budget -= new
 
@@ -509,7 +513,10 @@ def simulate(
             break
 
         # ---- the step runs ----------------------------------------------------------------------
-        dt = per_step + per_prefill * prefill + per_decode * decodes + per_ctx * context
+        # The model was fitted on vLLM's counters, which never count recomputed prompt tokens
+        # (v1/core/sched/scheduler.py sets prefill_stats only while num_preemptions <= 0): so it is
+        # applied to the same counts, and recompute's cost stays inside what the fit absorbed.
+        dt = per_step + per_prefill * (prefill - recompute) + per_decode * decodes + per_ctx * context
         if t_sample < now + dt:
             t_sample = sample_until(now + dt)
         res.running_time_integral += len(running) * dt
