@@ -567,7 +567,9 @@ def simulate(
 
 
 def _all_decoding(running: list[_Req]) -> bool:
-    return all(r.computed == r.prompt + r.num_output - 1 for r in running)
+    # A chunk that ended one token short of the prompt also leaves computed == num_tokens - 1, but
+    # its next step yields the first token (TTFT), so only requests past their first token qualify.
+    return all(r.first_token and r.computed == r.prompt + r.num_output - 1 for r in running)
 
 
 def _decode_stretch(running: list[_Req], waiting: deque[_Req], pool: BlockPool, max_seqs: int, bs: int) -> int:
