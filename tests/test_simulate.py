@@ -308,3 +308,17 @@ def test_scrapes_alone_give_the_pool_from_cache_config_info(capsys: pytest.Captu
     assert doc["engine"]["block_size"] == 32
     assert doc["calibration"]["observed"]["preemptions"] == 14
     assert any("cache_config_info" in n for n in doc["notes"])
+
+
+def test_every_request_gets_its_first_token_timed_even_when_a_chunk_ends_one_short() -> None:
+    # 513-token prompts on a 512-token budget: the first chunk leaves exactly one prompt token,
+    # which looks like a decode but yields the first token.
+    engine = EngineConfig(200, 16, 4, 512, True, 2048)
+    res = simulate(engine, Workload("closed", 1, None, 513, 50, 0, 5.0), StepTime(0.01, 1e-5, 0, 0), V0_32_0)
+    assert res.finished > 1
+    assert res.ttft.n == res.finished
+    assert res.generated_tokens == 50 * res.finished
+    # two steps (the 512-token chunk, then the last prompt token), not the 50 of the whole answer
+    ttft = res.ttft.mean()
+    assert ttft is not None
+    assert ttft < 0.05
