@@ -54,13 +54,14 @@ def _root(
 def _register_all() -> None:
     if app.registered_commands:
         return
-    from kvwatch.commands import analyze, capacity, snapshot, watch
+    from kvwatch.commands import analyze, capacity, simulate, snapshot, watch
 
     app.command("analyze")(analyze.analyze)
     app.command("snapshot")(snapshot.snapshot)
     app.command("capacity")(capacity.capacity)
     app.command("fleet")(capacity.fleet)
     app.command("watch")(watch.watch)
+    app.command("simulate")(simulate.simulate_command)
     app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(watch.run)
 
 
@@ -74,6 +75,7 @@ _LAZY: dict[str, tuple[str, str, dict[str, bool] | None]] = {
     "capacity": ("capacity", "capacity", None),
     "fleet": ("capacity", "fleet", None),
     "watch": ("watch", "watch", None),
+    "simulate": ("simulate", "simulate_command", None),
     "run": ("watch", "run", {"allow_extra_args": True, "ignore_unknown_options": True}),
 }
 

@@ -88,13 +88,17 @@ def deployment_from_analysis(doc: Mapping[str, Any], arch: Architecture | None =
     return deployment_from_facts(_facts(doc), arch, _doc_request(doc))
 
 
-def levers_for_analysis(doc: Mapping[str, Any], arch: Architecture | None) -> list[dict[str, Any]]:
+def levers_for_analysis(
+    doc: Mapping[str, Any], arch: Architecture | None, request: RequestShape | None = None
+) -> list[dict[str, Any]]:
     """Lever rows (as ``kvwatch capacity``'s JSON) for an analyze document; [] when nothing is known.
 
-    The basis is the document's ``whatif_basis`` request when it has one (the rule the sidecar
-    uses too), else vLLM's max_model_len figure.
+    The basis is ``request`` when given (a request size read elsewhere, e.g. simulate's scrapes),
+    else the document's ``whatif_basis`` request when it has one (the rule the sidecar uses too),
+    else vLLM's max_model_len figure.
     """
-    return [r.as_dict() for r in lever_rows(_facts(doc), arch, document_basis(doc) or _doc_request(doc))]
+    basis = request or document_basis(doc) or _doc_request(doc)
+    return [r.as_dict() for r in lever_rows(_facts(doc), arch, basis)]
 
 
 def document_basis(doc: Mapping[str, Any]) -> RequestShape | None:

@@ -1,0 +1,377 @@
+"""Engine, workload and step-time model read from the evidence (a log's facts and saved scrapes).
+
+Pure: the command reads the files and hands over an analyze document (the log's facts) and one
+``EvidencePoint`` per scrape. Everything here is a reading of what vLLM itself reported:
+
+- engine: blocks, block size, max_num_seqs, max_num_batched_tokens, prefix caching, max_model_len
+  from the log's startup lines (the analyze reader's ``capacity`` and ``config``);
+- workload: prompt and output sizes as Δsum/Δcount of ``vllm:request_prompt_tokens`` /
+  ``vllm:request_generation_tokens``; the shared prefix from Δprefix_cache_hits per first admission;
+  arrivals(t) = running + waiting + finished (every request that reached the engine), so the load's
+  end is where arrivals stop growing; a closed loop of users = running + waiting while a queue
+  exists, else an open loop at arrivals / duration;
+- step time: seconds = a·steps + b·prefill tokens + c·decodes + d·context tokens, fitted by
+  non-negative least squares over the scrape intervals in which the engine was busy (steps from
+  ``vllm:iteration_tokens_total``, decodes from ``vllm:generation_tokens_total``, prefill tokens =
+  step tokens - decodes, context tokens ≈ steps x KV blocks in use x block size).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvwatch.errors import UnusableInput
+from kvwatch.parse.scrapeseries import TimingSeries
+from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload, simulate
+from kvwatch.reconcile.simulate.rules import V0_32_0, SchedulerRules
+from kvwatch.records import MetricsSnapshot
+
+# vLLM's own defaults where a log does not print a setting (vllm/config/scheduler.py 0.32.0:
+# max_num_seqs 256 on CPU/GPU usage contexts; V1 enables prefix caching by default).
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True, slots=True)
+class EvidencePoint:
+    """What one scrape says, reduced to what calibration reads; ``t`` in seconds since the load began."""
+
+    t: float
+    running: float
+    waiting: float
+    kv_usage: float | None
+    preemptions: float | None
+    prefix_queries: float | None
+    prefix_hits: float | None
+    prompt_count: float | None
+    prompt_sum: float | None
+    gen_count: float | None
+    gen_sum: float | None
+    timing: TimingSeries
+
+
+def evidence_point(t: float, snap: MetricsSnapshot, timing: TimingSeries) -> EvidencePoint | None:
+    """One scrape's point: the engines of one server summed (None if the scrape has no vLLM gauges)."""
+    engines = snap.engines
+    if not engines or all(e.running is None and e.waiting is None for e in engines):
+        return None
+
+    def total(attr: str) -> float | None:
+        vals = [getattr(e, attr) for e in engines if getattr(e, attr) is not None]
+        return sum(vals) if vals else None
+
+    def hist(attr: str, part: str) -> float | None:
+        vals = [getattr(getattr(e, attr), part) for e in engines if getattr(e, attr) is not None]
+        vals = [v for v in vals if v is not None]
+        return sum(vals) if vals else None
+
+    usages = [e.kv_usage_ratio for e in engines if e.kv_usage_ratio is not None]
+    return EvidencePoint(
+        t=t,
+        running=total("running") or 0.0,
+        waiting=total("waiting") or 0.0,
+        kv_usage=statistics.fmean(usages) if usages else None,
+        preemptions=total("preemptions_total"),
+        prefix_queries=total("prefix_cache_queries_total"),
+        prefix_hits=total("prefix_cache_hits_total"),
+        prompt_count=hist("request_prompt_tokens", "count"),
+        prompt_sum=hist("request_prompt_tokens", "sum"),
+        gen_count=hist("request_generation_tokens", "count"),
+        gen_sum=hist("request_generation_tokens", "sum"),
+        timing=timing,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """The run itself as its scrapes state it (what the calibration replay is compared with)."""
+
+    requests_sent: int
+    preemptions: int | None
+    max_running: int
+    mean_running: float
+    mean_waiting: float
+    prefix_hit_pct: float | None
+    drain_end_s: float | None
+    load_end_s: float
+    sample_at: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Everything read from the evidence."""
+
+    engine: EngineConfig
+    workload: Workload
+    step_time: StepTime
+    observed: Observed
+    vllm_version: str | None
+    sources: tuple[str, ...]  # one short phrase per reading, for the output
+
+
+def _pos(x: Any) -> int | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        v = int(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v > 0 else None
+
+
+def engine_from_facts(doc: Mapping[str, Any], pool_tokens: int | None = None) -> EngineConfig:
+    """The engine settings a log's startup lines state (``pool_tokens`` overrides the pool)."""
+    cap = doc.get("capacity") or {}
+    cfg = doc.get("config") or {}
+    bs = _pos(cap.get("block_size")) or _pos(cfg.get("block_size")) or DEFAULT_BLOCK_SIZE
+    blocks = _pos(cap.get("gpu_blocks"))
+    if blocks is None and _pos(cap.get("kv_cache_tokens")):
+        blocks = int(cap["kv_cache_tokens"]) // bs
+    if pool_tokens is not None:
+        if pool_tokens <= 0:
+            raise UnusableInput(
+                f"--pool-tokens {pool_tokens}: a KV pool of 0 tokens holds no request; give a positive size"
+            )
+        blocks = pool_tokens // bs
+    if blocks is None:
+        raise UnusableInput(
+            "the evidence states no KV pool (no 'KV cache size' / 'num_gpu_blocks' line); pass --pool-tokens N"
+        )
+    if blocks < 2:
+        raise UnusableInput(
+            f"a KV pool of {blocks} block(s) holds no request (vLLM keeps one null block); "
+            "vLLM refuses to start with it"
+        )
+    max_len = _pos(cfg.get("max_seq_len")) or _pos((cap.get("max_concurrency") or {}).get("tokens_per_request"))
+    prefix = cfg.get("enable_prefix_caching")
+    return EngineConfig(
+        blocks=blocks,
+        block_size=bs,
+        max_num_seqs=_pos(cfg.get("max_num_seqs")) or DEFAULT_MAX_NUM_SEQS,
+        max_num_batched_tokens=_pos(cfg.get("max_num_batched_tokens")) or 8192,
+        prefix_caching=True if prefix is None else bool(prefix),
+        max_model_len=max_len or blocks * bs,
+    )
+
+
+def _delta(points: Sequence[EvidencePoint], attr: str) -> float | None:
+    vals = [getattr(p, attr) for p in points if getattr(p, attr) is not None]
+    return vals[-1] - vals[0] if len(vals) >= 2 else None
+
+
+def _arrivals(p: EvidencePoint) -> float | None:
+    fin = p.timing.finished if p.timing.finished is not None else p.gen_count
+    return None if fin is None else p.running + p.waiting + fin
+
+
+def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) -> tuple[Workload, list[str]]:
+    """The workload the scrapes imply (see the module docstring), and how each number was read."""
+    why: list[str] = []
+    d_count = _delta(points, "prompt_count")
+    d_sum = _delta(points, "prompt_sum")
+    g_count = _delta(points, "gen_count")
+    g_sum = _delta(points, "gen_sum")
+    if not d_count or d_sum is None or not g_count or g_sum is None:
+        raise UnusableInput(
+            "the scrapes show no finished request (vllm:request_prompt_tokens did not grow); "
+            "give scrapes spanning the load, or --prompt-tokens and --output-tokens"
+        )
+    prompt = round(d_sum / d_count)
+    output = round(g_sum / g_count)
+    why.append(f"prompt {prompt:,} / output {output:,} tokens = Δsum/Δcount of the request histograms")
+
+    shared = 0
+    dq, dh = _delta(points, "prefix_queries"), _delta(points, "prefix_hits")
+    if engine.prefix_caching and dq and dh:
+        admissions = dq / prompt  # queries count num_tokens of first admissions only
+        if admissions > 1:
+            # The first request of a prefix misses; each later one hits the shared full blocks.
+            per_hit = dh / (admissions - 1)
+            shared = round(per_hit / engine.block_size) * engine.block_size
+            why.append(f"shared prefix {shared:,} tokens = Δhits per later admission, in whole blocks")
+
+    arrivals = [(p.t, a) for p in points if (a := _arrivals(p)) is not None]
+    total = arrivals[-1][1] if arrivals else d_count
+    # The load ended after the last scrape that had not seen every arrival yet.
+    load_end = points[-1].t
+    for (t0, a0), (_t1, a1) in itertools.pairwise(arrivals):
+        if a0 < total <= a1:
+            load_end = t0
+            break
+    # In a closed loop running + waiting never exceeds the users and reaches them whenever no answer
+    # is on its way back, so the most seen while a queue existed (before the load ended) is the count.
+    queued = [p.running + p.waiting for p in points if p.waiting >= 1 and p.t <= load_end]
+    if len(queued) >= 2:
+        users = round(max(queued))
+        why.append(f"closed loop of {users} users = most running + waiting while requests waited")
+        why.append(f"no new request after {load_end:.0f} s = last scrape before arrivals stopped growing")
+        return Workload("closed", users, None, prompt, output, shared, load_end), why
+    rate = total / load_end if load_end > 0 else 0.0
+    why.append(f"open loop at {rate:.3g} req/s = arrivals / {load_end:.0f} s (no queue seen)")
+    return Workload("open", None, rate, prompt, output, shared, load_end), why
+
+
+def _solve(rows: list[list[float]], ys: list[float], cols: tuple[int, ...]) -> list[float] | None:
+    n = len(cols)
+    a = [[sum(r[i] * r[j] for r in rows) for j in cols] for i in cols]
+    b = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in cols]
+    # Gaussian elimination with partial pivoting (4 unknowns at most).
+    for k in range(n):
+        piv = max(range(k, n), key=lambda i: abs(a[i][k]))
+        if abs(a[piv][k]) < 1e-300:
+            return None
+        a[k], a[piv] = a[piv], a[k]
+        b[k], b[piv] = b[piv], b[k]
+        for i in range(k + 1, n):
+            f = a[i][k] / a[k][k]
+            for j in range(k, n):
+                a[i][j] -= f * a[k][j]
+            b[i] -= f * b[k]
+    x = [0.0] * n
+    for k in reversed(range(n)):
+        x[k] = (b[k] - sum(a[k][j] * x[j] for j in range(k + 1, n))) / a[k][k]
+    return x
+
+
+def nnls(rows: list[list[float]], ys: list[float]) -> list[float]:
+    """Non-negative least squares over every subset of columns, the subset chosen by BIC.
+
+    In a steady run steps, tokens and context grow together from interval to interval, so several
+    subsets fit almost equally well and the full one splits the time arbitrarily (a run of pure
+    decode steps "explained" by prefill tokens). The Bayesian information criterion,
+    n ln(RSS / n) + k ln(n), keeps a term only when the data need it.
+    """
+    m = len(rows[0])
+    scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(m)]
+    scaled = [[r[j] / scale[j] for j in range(m)] for r in rows]
+    best: tuple[float, list[float]] | None = None
+    for k in range(1, m + 1):
+        for cols in itertools.combinations(range(m), k):
+            x = _solve(scaled, ys, cols)
+            if x is None or any(v < 0 for v in x):
+                continue
+            full = [0.0] * m
+            for c, v in zip(cols, x, strict=True):
+                full[c] = v
+            err = sum((sum(r[j] * full[j] for j in range(m)) - y) ** 2 for r, y in zip(scaled, ys, strict=True))
+            n = len(ys)
+            bic = n * math.log(max(err, 1e-300) / n) + k * math.log(n)
+            if best is None or bic < best[0] - 1e-9:
+                best = (bic, full)
+    if best is None:
+        return [0.0] * m
+    return [v / scale[j] for j, v in enumerate(best[1])]
+
+
+def step_time_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) -> tuple[StepTime, str]:
+    """Fit the step-time model over the busy scrape intervals (see the module docstring)."""
+    rows: list[list[float]] = []
+    ys: list[float] = []
+    held_tokens = (engine.blocks - 1) * engine.block_size
+    for p, q in itertools.pairwise(points):
+        dt = q.t - p.t
+        if dt <= 0 or q.running <= 0 or p.running + p.waiting <= 0:
+            continue
+        steps = _d(p.timing.steps, q.timing.steps)
+        tokens = _d(p.timing.step_tokens, q.timing.step_tokens)
+        gen = _d(p.timing.generation_tokens, q.timing.generation_tokens)
+        if gen is None:
+            continue
+        if steps is None or tokens is None:
+            # Releases without the iteration histogram: one decode per running request per step.
+            steps = gen / max(1.0, (p.running + q.running) / 2)
+            prefill = max(0.0, (_d(p.prompt_sum, q.prompt_sum) or 0.0))
+        else:
+            prefill = max(0.0, tokens - gen)
+        if steps <= 0:
+            continue
+        usage = (
+            statistics.fmean(u for u in (p.kv_usage, q.kv_usage) if u is not None)
+            if (p.kv_usage is not None or q.kv_usage is not None)
+            else 0.0
+        )
+        rows.append([steps, prefill, gen, steps * usage * held_tokens])
+        ys.append(dt)
+    if len(rows) < 2:
+        raise UnusableInput(
+            "the scrapes have fewer than two busy intervals to time the engine by; "
+            "give the scrapes saved during the load (e.g. every 10 s)"
+        )
+    a, b, c, d = nnls(rows, ys)
+    return StepTime(a, b, c, d), f"step time fitted over {len(rows)} busy scrape intervals"
+
+
+def _d(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def observed_from_points(points: Sequence[EvidencePoint], load_end: float) -> Observed:
+    """The run as its scrapes report it."""
+    first, last = points[0], points[-1]
+    arrivals = _arrivals(last)
+    sent = round(arrivals - (_arrivals(first) or 0.0)) if arrivals is not None else 0
+    pre = None
+    if first.preemptions is not None and last.preemptions is not None:
+        pre = round(last.preemptions - first.preemptions)
+    hit = None
+    dq, dh = _delta(points, "prefix_queries"), _delta(points, "prefix_hits")
+    if dq:
+        hit = 100.0 * (dh or 0.0) / dq
+    drained = [p.t for p in points if p.running == 0 and p.waiting == 0 and p.t > load_end]
+    return Observed(
+        requests_sent=sent,
+        preemptions=pre,
+        max_running=int(max(p.running for p in points)),
+        mean_running=statistics.fmean(p.running for p in points),
+        mean_waiting=statistics.fmean(p.waiting for p in points),
+        prefix_hit_pct=hit,
+        drain_end_s=drained[0] if drained else None,
+        load_end_s=load_end,
+        sample_at=tuple(p.t for p in points),
+    )
+
+
+def _scaled(step: StepTime, k: float) -> StepTime:
+    return StepTime(
+        step.per_step_s * k, step.per_prefill_token_s * k, step.per_decode_s * k, step.per_context_token_s * k
+    )
+
+
+def calibrate(
+    doc: Mapping[str, Any],
+    points: Sequence[EvidencePoint],
+    pool_tokens: int | None = None,
+    rules: SchedulerRules = V0_32_0,
+) -> Calibration:
+    """Engine, workload, step time and the observed run from a log's facts and its scrapes.
+
+    The interval fit is noisy on a shared machine (steps, tokens and context move together), so
+    the fitted model is then scaled as a whole until the replay drains when the run drained: the
+    run's own drain is the one figure that integrates every step of it.
+    """
+    if len(points) < 2:
+        raise UnusableInput(
+            "simulate needs at least two saved /metrics scrapes of the run (the log alone states no request "
+            "sizes); give the scrapes, or --prompt-tokens, --output-tokens and --users/--rate"
+        )
+    pts = sorted(points, key=lambda p: p.t)
+    engine = engine_from_facts(doc, pool_tokens)
+    workload, why = workload_from_points(pts, engine)
+    step, how = step_time_from_points(pts, engine)
+    observed = observed_from_points(pts, workload.duration_s)
+    drain = observed.drain_end_s
+    if drain:
+        for _ in range(2):
+            replay = simulate(engine, workload, step, rules, sample_at=observed.sample_at)
+            if replay.end_s <= 0:
+                break
+            k = min(2.0, max(0.5, drain / replay.end_s))
+            step = _scaled(step, k)
+        how += f"; scaled so the replay drains at {drain:.0f} s as the run did"
+    version = (doc.get("config") or {}).get("vllm_version")
+    return Calibration(engine, workload, step, observed, version, (*why, how))
