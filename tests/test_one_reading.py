@@ -32,6 +32,7 @@ import pytest
 
 from kvwatch.errors import UsageError
 from kvwatch.parse.log import SHUTDOWN_NEAR_LINES, LogParser
+from kvwatch.reconcile import analysis
 from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.records import ErrorRecord, LogRecord, RunStartRecord, StatsRecord
 from kvwatch.sources import files, scanner
@@ -40,6 +41,18 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REAL_LOGS = sorted(p for d in ("real", "real-extra") for p in (FIXTURES / d / "logs").glob("*") if p.is_file())
 FILLER = '(APIServer pid=1) INFO:     10.0.0.{n}:4242 - "POST /v1/completions HTTP/1.1" 200 OK'
 COUNTED = (RunStartRecord, ErrorRecord, StatsRecord)  # what the acceptance counts
+
+
+@pytest.fixture(autouse=True)
+def _years_from_the_lines_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The property is about the lines: a year taken from a file's modification time belongs to the
+    file, not to its lines (stdin and the pieces' temp files have none or another), so it is left out."""
+    real = analysis.infer_years
+
+    def lines_only(doc: dict[str, Any], *, created: float | None, log_mtime: float | None) -> None:
+        real(doc, created=created, log_mtime=None)
+
+    monkeypatch.setattr(analysis, "infer_years", lines_only)
 
 
 def _records(path: Path | str, jobs: int = 1) -> list[LogRecord]:
