@@ -65,6 +65,9 @@ _CHUNK = 256 * 1024
 #: Keeps a ``--from-start`` over a multi-GB log from returning millions of lines at once.
 _MAX_BATCH_BYTES = 8 << 20
 _POSITIONS_VERSION = 1
+#: A rotated copy larger than this (compressed) is not decompressed to recover a tail: 1 GiB of
+#: gzip is roughly 10 GiB of log, more than any one rotation period should hold.
+_MAX_COMPRESSED_BYTES = 1 << 30
 
 
 @dataclass(slots=True)
@@ -500,12 +503,38 @@ class LogFollower:
             if best is None or st.st_mtime > best[0]:
                 best = (st.st_mtime, entry.path)
         if best is None:
-            return None
+            # logrotate's "compress" without "delaycompress" gzips the copy right after the
+            # truncate and deletes it (logrotate.c: compressLogFile runs in the same rotation,
+            # unlinking the plain copy once the .gz is written), often before our next poll.
+            return self._find_compressed(marks, min_size)
         try:
             fd = os.open(best[1], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return None
         return fd, os.fstat(fd)
+
+    def _find_compressed(self, marks: _Open, min_size: int) -> tuple[int, os.stat_result] | None:
+        """The copy, gzipped: its unread part decompressed into a private sparse file, same offsets.
+
+        Only the head (for the fingerprint), the remembered tail and what follows ``min_size``
+        (our offset) are written, each at its own offset, so the bytes already read cost no disk
+        and the file is read like any other detached file. Its identity is the temporary file's,
+        so a restart cannot find it again (the compressed copy is then lost past the restart;
+        docs/deploy.md says so).
+        """
+        candidates = []
+        for entry in self._siblings():
+            if not entry.name.endswith(".gz"):
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_size <= _MAX_COMPRESSED_BYTES:
+                    candidates.append((st.st_mtime, entry.path))
+        for _, name in sorted(candidates, reverse=True):  # the newest copy is the likeliest
+            found = _decompress_tail(name, marks, min_size)
+            if found is not None:
+                return found
+        return None
 
     def _siblings(self) -> list[os.DirEntry[str]]:
         """Files next to the log whose names share its stem: where logrotate puts rotated copies.
@@ -745,6 +774,55 @@ class LogFollower:
             with contextlib.suppress(Exception):  # already gone with its directory
                 self._observer.unschedule(watch)
         self._watches.clear()
+
+
+def _decompress_tail(name: str, marks: _Open, min_size: int) -> tuple[int, os.stat_result] | None:
+    """Decompress ``name`` if it starts and continues like ``marks``; see ``_find_compressed``."""
+    import gzip
+    import tempfile
+    import zlib
+
+    head_end = marks.fp_len
+    tail_start = marks.tail_end - marks.tail_len if marks.tail_len else min_size
+    keep_from = min(tail_start, min_size)
+    fd = -1
+    try:
+        with gzip.open(name, "rb") as gz:
+            head = gz.read(head_end)
+            if _hash(head) != marks.fp_hash:
+                return None  # another rotation's copy: its first bytes differ
+            # A private temporary file (mkstemp: O_EXCL, mode 0600), unlinked at once so only our
+            # descriptor keeps it and nothing is left behind by a crash.
+            fd, tmp = tempfile.mkstemp(prefix="kvwatch-gz-")
+            os.unlink(tmp)
+            os.pwrite(fd, head, 0)
+            pos = len(head)
+            while True:
+                chunk = gz.read(_CHUNK)
+                if not chunk:
+                    break
+                end = pos + len(chunk)
+                if end > keep_from:
+                    start = max(pos, keep_from)
+                    os.pwrite(fd, chunk[start - pos :], start)
+                pos = end
+        if pos < min_size:
+            os.close(fd)
+            return None
+        os.ftruncate(fd, pos)
+        st = os.fstat(fd)
+        probe = _Open(fd, st.st_dev, st.st_ino, 0, LineSplitter(), 0.0, marks.fp_len, marks.fp_hash)
+        probe.tail_len, probe.tail_hash, probe.tail_end = marks.tail_len, marks.tail_hash, marks.tail_end
+        if not _same_content(fd, probe):
+            os.close(fd)
+            return None
+        return fd, st
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        # Being written (logrotate's gzip still running) or damaged: not the copy we can use.
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return None
 
 
 def _mark_tail(f: _Open) -> None:
