@@ -126,6 +126,9 @@ class Sidecar:
 
     def _commit(self) -> None:
         assert self.lines is not None
+        if hasattr(self.lines, "checkpoint"):  # a followed file: counters saved with its position
+            with self.lock:
+                self.lines.checkpoint = self.state.checkpoint()
         try:
             self.lines.commit()
         except Exception as exc:  # a full disk must not stop the sidecar; the source reports it
@@ -251,6 +254,9 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
         scrape_interval=settings.scrape_interval,
         max_num_seqs=settings.max_num_seqs,
     )
+    restored = getattr(lines, "restored_checkpoint", None)
+    if isinstance(restored, dict) and not state.restore_checkpoint(restored):
+        log.warning("source: counters saved with the log position are malformed; they restart from 0")
     scraper = None
     if settings.metrics_url:
         from kvwatch.sources.scrape import MetricsScraper

@@ -446,6 +446,42 @@ class LiveState:
                 out["max_concurrency"] = printed / expected_conc
         return out
 
+    # ------------------------------------------------------------------ crash-restart
+
+    def checkpoint(self) -> dict[str, object]:
+        """The counters the log has fed so far, to be saved in the same write as the log position.
+
+        A restart resumes reading at the saved position with these values, so a line read again
+        after a SIGKILL (up to the commit interval) adds nothing that was already counted, and
+        Prometheus sees one continuous counter rather than a reset (which ``increase()`` would
+        add on top of the re-read lines).
+        """
+        return {
+            "log_records": dict(self.record_counts),
+            "preemptions_log": {
+                e: [eng.preempt_log.total, eng.preempt_log.last]
+                for e, eng in self.engines.items()
+                if eng.preempt_log.total is not None
+            },
+        }
+
+    def restore_checkpoint(self, saved: dict[str, object]) -> bool:
+        """Resume the counters of ``checkpoint()``; False (nothing changed) if ``saved`` is malformed."""
+        records, preempt = saved.get("log_records"), saved.get("preemptions_log")
+        if not isinstance(records, dict) or not isinstance(preempt, dict):
+            return False
+        counts = {str(k): float(v) for k, v in records.items() if _num(v) is not None and float(v) >= 0}
+        totals: dict[str, tuple[float, float | None]] = {}
+        for engine, pair in preempt.items():
+            if not (isinstance(pair, list) and len(pair) == 2 and _num(pair[0]) is not None):
+                return False
+            totals[str(engine)[:64]] = (float(pair[0]), _num(pair[1]))
+        self.record_counts.update(counts)
+        for engine, (total, last) in totals.items():
+            eng = self._engine(engine)
+            eng.preempt_log.total, eng.preempt_log.last = total, last
+        return True
+
     # ------------------------------------------------------------------ internals
 
     def _engine(self, engine: str) -> _Engine:
