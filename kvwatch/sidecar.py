@@ -30,6 +30,7 @@ from kvwatch.settings import WatchSettings
 from kvwatch.sources.lines import LineSource
 
 if TYPE_CHECKING:
+    from kvwatch.export.webconfig import WebConfig
     from kvwatch.reconcile.architecture import Architecture
     from kvwatch.sources.child import ChildProcess
     from kvwatch.sources.scrape import MetricsScraper
@@ -66,6 +67,7 @@ class Sidecar:
         listen: str,
         scrape_interval: float = 5.0,
         clock: Callable[[], float] = time.time,
+        web_config: WebConfig | None = None,
     ) -> None:
         self.state = state
         self.parser = parser
@@ -77,7 +79,13 @@ class Sidecar:
         self.stopping = threading.Event()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StateCollector(self.state.samples, self.lock, clock))
-        self.server = MetricsServer(self.registry, listen, healthy=lambda: not self.stopping.is_set())
+        self.server = MetricsServer(
+            self.registry,
+            listen,
+            healthy=lambda: not self.stopping.is_set(),
+            web_config=web_config,
+            on_drop=self.state.on_http_drop,
+        )
         self._threads: list[threading.Thread] = []
         self._uncommitted = False
         self._last_commit = 0.0
@@ -269,6 +277,16 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
             verify=verify,
             interval=settings.scrape_interval,
         )
+    web_config = None
+    if settings.web_config_file is not None:
+        from kvwatch.export.webconfig import load_web_config
+
+        try:
+            web_config = load_web_config(settings.web_config_file)
+        except UsageError:
+            if lines is not None:
+                lines.close()
+            raise
     try:
         sidecar = Sidecar(
             state,
@@ -277,19 +295,28 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
             scraper=scraper,
             listen=settings.listen,
             scrape_interval=settings.scrape_interval,
+            web_config=web_config,
         )
     except OSError as exc:
         if lines is not None:
             lines.close()
         raise UsageError(f"cannot listen on {settings.listen}: {exc.strerror or exc}; pick another --listen") from None
     log.info(
-        "start: listening on %s (log: %s, metrics: %s, model: %s)",
+        "start: listening on %s%s (log: %s, metrics: %s, model: %s)",
         settings.listen,
+        _protection(web_config),
         settings.replay or settings.log or log_name or "none",
         _redact(settings.metrics_url),
         arch.name if arch is not None else "from the log",
     )
     return sidecar.start()
+
+
+def _protection(web_config: WebConfig | None) -> str:
+    if web_config is None:
+        return ""
+    parts = [p for p, on in (("TLS", web_config.tls is not None), ("basic auth", web_config.basic_auth_users)) if on]
+    return f" with {' and '.join(parts)}" if parts else ""
 
 
 def _architecture(settings: WatchSettings) -> Architecture | None:

@@ -34,6 +34,10 @@ ModelOpt = Annotated[str | None, _opt("model", "Model id or catalogue name (inst
 ListenOpt = Annotated[
     str | None, _opt("listen", "HOST:PORT for /metrics and /healthz (default 0.0.0.0:9400).", "--listen")
 ]
+WebConfigOpt = Annotated[
+    Path | None,
+    _opt("web_config_file", "TLS/basic-auth config for /metrics (exporter-toolkit format).", "--web-config-file"),
+]
 IntervalOpt = Annotated[
     float | None, _opt("scrape_interval", "Seconds between /metrics scrapes (default 5).", "--scrape-interval")
 ]
@@ -80,6 +84,7 @@ def watch(
     model_config: ModelConfigOpt = None,
     model: ModelOpt = None,
     listen: ListenOpt = None,
+    web_config_file: WebConfigOpt = None,
     scrape_interval: IntervalOpt = None,
     scrape_timeout: TimeoutOpt = None,
     bearer_token: TokenOpt = None,
@@ -111,6 +116,7 @@ def run(
     model_config: ModelConfigOpt = None,
     model: ModelOpt = None,
     listen: ListenOpt = None,
+    web_config_file: WebConfigOpt = None,
     scrape_interval: IntervalOpt = None,
     scrape_timeout: TimeoutOpt = None,
     bearer_token: TokenOpt = None,

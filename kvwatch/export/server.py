@@ -1,16 +1,51 @@
-"""The sidecar's HTTP endpoint: ``/metrics`` (Prometheus text) and ``/healthz``.
+"""The sidecar's HTTP endpoint: ``/metrics`` (Prometheus text) and ``/healthz``, hardened.
 
-A small threading HTTP server rather than prometheus_client.start_http_server, because the
-sidecar also answers ``/healthz`` (for Kubernetes probes) on the same port.
+Not prometheus_client.start_http_server: the sidecar also answers ``/healthz`` (Kubernetes
+probes) on the same port, and whatever can reach ``:9400`` must not be able to flood kvwatch's
+log, exhaust its threads or starve Prometheus' scrape. So:
+
+- **One thread waits for all connections** (a selector): an accepted connection costs no thread
+  until its first bytes arrive, so hundreds of idle or half-open connections cost file
+  descriptors, not threads, and a scrape behind them is still answered at once. A connection
+  that sends nothing for ``idle_timeout`` seconds is closed.
+- **A few workers answer requests** (``workers``); a request must arrive whole within
+  ``read_timeout`` (slow-loris), its answer is written within it too.
+- **Bounded connections**: at most ``max_connections`` open; beyond that the connection that
+  has been idle longest is closed for the new one (a scraper that connects and asks at once
+  always gets in; an idle flood evicts only itself).
+- **A real backlog** (``socket.SOMAXCONN``, capped by the kernel's net.core.somaxconn) instead of
+  socketserver's 5, so a burst of connects is queued by the kernel, not refused.
+- **No log line per client**: an aborted, timed-out or refused connection is counted
+  (``kvwatch_http_connections_dropped_total{reason}`` through ``on_drop``), never logged and never
+  a traceback. http.server's per-request and per-error lines are silenced.
+- **Optional TLS and basic auth** from a ``--web-config-file`` (kvwatch.export.webconfig); auth
+  guards ``/metrics`` only, so kubelet probes of ``/healthz`` (which reveal nothing) need no
+  credentials. The TLS handshake runs on a worker under ``read_timeout``, never on the selector.
+
+Connections are HTTP/1.0 (one request each, then closed), as http.server defaults to; Prometheus
+reconnects per scrape, which at one scrape per 15 s costs nothing and keeps a worker from being
+held by an idle keep-alive connection.
 """
 
 from __future__ import annotations
 
+import contextlib
+import selectors
+import socket
+import ssl
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler
+from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from kvwatch.export.webconfig import BasicAuth, WebConfig
+
+#: Reasons a connection is dropped, the values of kvwatch_http_connections_dropped_total{reason}.
+DROP_REASONS = ("aborted", "timeout", "over_limit", "tls_error")
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -22,43 +57,232 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 class MetricsServer:
-    """Serves a registry until ``close()``; ``healthy()`` decides /healthz's answer."""
+    """Serves a registry until ``close()``; ``healthy()`` decides /healthz's answer.
 
-    def __init__(self, registry: CollectorRegistry, listen: str, healthy: Callable[[], bool] = lambda: True) -> None:
+    ``web_config``: TLS and basic-auth users (None: plain HTTP, no auth). ``on_drop(reason)``:
+    called once per dropped connection, reason in ``DROP_REASONS``; keep it short.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        listen: str,
+        healthy: Callable[[], bool] = lambda: True,
+        *,
+        web_config: WebConfig | None = None,
+        on_drop: Callable[[str], None] | None = None,
+        max_connections: int = 512,
+        workers: int = 4,
+        idle_timeout: float = 30.0,
+        read_timeout: float = 10.0,
+    ) -> None:
         host, port = parse_listen(listen)
-        registry_ref, healthy_ref = registry, healthy
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    body, ctype, code = generate_latest(registry_ref), CONTENT_TYPE_LATEST, 200
-                elif path == "/healthz":
-                    ok = healthy_ref()
-                    body, ctype, code = (b"ok\n" if ok else b"unhealthy\n"), "text/plain", 200 if ok else 503
-                else:
-                    body, ctype, code = b"kvwatch: see /metrics and /healthz\n", "text/plain", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return  # one line per state change, never per request
-
-        ThreadingHTTPServer.allow_reuse_address = True
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="kvwatch-http", daemon=True)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, port), family=family, backlog=socket.SOMAXCONN)
+        self._sock.setblocking(False)
+        self.port = self._sock.getsockname()[1]
+        self._ssl = web_config.tls.context() if web_config is not None and web_config.tls is not None else None
+        auth = BasicAuth(web_config.basic_auth_users) if web_config and web_config.basic_auth_users else None
+        self._on_drop = on_drop or (lambda reason: None)
+        self._max_connections = max_connections
+        self._idle_timeout = idle_timeout
+        self._read_timeout = read_timeout
+        self._selector = selectors.DefaultSelector()
+        self._waiting: dict[socket.socket, float] = {}  # connected, no bytes yet -> accepted at (monotonic)
+        self._busy = 0  # connections handed to a worker
+        self._count_lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvwatch-http-worker")
+        self._handler = _handler_class(registry, healthy, auth, self._drop)
+        self._thread = threading.Thread(target=self._loop, name="kvwatch-http", daemon=True)
 
     def start(self) -> MetricsServer:
         """Start serving in a background thread."""
+        self._selector.register(self._sock, selectors.EVENT_READ, "listen")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._thread.start()
         return self
 
     def close(self) -> None:
         """Stop serving and release the port."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for conn in list(self._waiting):
+            _close(conn)
+        self._waiting.clear()
+        with contextlib.suppress(Exception):
+            self._selector.close()
+        for s in (self._sock, self._wake_r, self._wake_w):
+            _close(s)
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (waiting for a request, or being answered)."""
+        with self._count_lock:
+            return len(self._waiting) + self._busy
+
+    # ------------------------------------------------------------------ the selector thread
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                events = self._selector.select(timeout=min(1.0, self._idle_timeout / 2))
+            except OSError:  # closed under us by close()
+                return
+            for key, _ in events:
+                if key.data == "listen":
+                    self._accept()
+                elif key.data == "wake":
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(64)
+                else:
+                    self._dispatch(key.fileobj)  # type: ignore[arg-type]
+            self._expire(time.monotonic())
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _addr = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # ECONNABORTED, EMFILE: nothing to log per client; try again next event
+                return
+            conn.setblocking(False)
+            if self.open_connections >= self._max_connections and not self._evict_oldest():
+                _close(conn)
+                self._drop("over_limit")
+                continue
+            with self._count_lock:
+                self._waiting[conn] = time.monotonic()
+            try:
+                self._selector.register(conn, selectors.EVENT_READ, "conn")
+            except (OSError, ValueError):
+                with self._count_lock:
+                    self._waiting.pop(conn, None)
+                _close(conn)
+
+    def _evict_oldest(self) -> bool:
+        with self._count_lock:
+            if not self._waiting:
+                return False
+            oldest = min(self._waiting, key=self._waiting.__getitem__)
+            del self._waiting[oldest]
+        self._forget(oldest)
+        self._drop("over_limit")
+        return True
+
+    def _dispatch(self, conn: socket.socket) -> None:
+        with self._count_lock:
+            if self._waiting.pop(conn, None) is None:
+                return
+            self._busy += 1
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(conn)
+        try:
+            self._pool.submit(self._serve, conn)
+        except RuntimeError:  # shutting down
+            with self._count_lock:
+                self._busy -= 1
+            _close(conn)
+
+    def _expire(self, now: float) -> None:
+        with self._count_lock:
+            stale = [c for c, at in self._waiting.items() if now - at >= self._idle_timeout]
+            for conn in stale:
+                del self._waiting[conn]
+        for conn in stale:
+            self._forget(conn)
+            self._drop("timeout")
+
+    def _forget(self, conn: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(conn)
+        _close(conn)
+
+    # ------------------------------------------------------------------ the workers
+
+    def _serve(self, conn: socket.socket) -> None:
+        """Answer one request on ``conn``; every failure is a counted drop, never a log line."""
+        sock: socket.socket = conn
+        try:
+            conn.setblocking(True)
+            conn.settimeout(self._read_timeout)
+            if self._ssl is not None:
+                sock = self._ssl.wrap_socket(conn, server_side=True)  # the handshake, under read_timeout
+            # The handler only stores its "server"; it needs none of socketserver's.
+            handler = self._handler(sock, sock.getpeername(), cast(Any, self))
+            if not getattr(handler, "raw_requestline", b""):
+                self._drop("aborted")  # connected, then closed without a request
+        except TimeoutError:
+            self._drop("timeout")
+        except ssl.SSLError:
+            self._drop("tls_error")
+        except OSError:  # reset, broken pipe, closed mid-request
+            self._drop("aborted")
+        except Exception:  # a handler bug must not print a traceback per client either
+            self._drop("aborted")
+        finally:
+            _close(sock)
+            if sock is not conn:
+                _close(conn)
+            with self._count_lock:
+                self._busy -= 1
+
+    def _drop(self, reason: str) -> None:
+        with contextlib.suppress(Exception):  # counting must never break serving
+            self._on_drop(reason)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+def _handler_class(
+    registry: CollectorRegistry,
+    healthy: Callable[[], bool],
+    auth: BasicAuth | None,
+    drop: Callable[[str], None],
+) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "kvwatch"
+        sys_version = ""
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            extra: dict[str, str] = {}
+            if path == "/metrics":
+                if auth is not None and not auth.allowed(self.headers.get("Authorization")):
+                    body, ctype, code = b"Unauthorized\n", "text/plain; charset=utf-8", 401
+                    extra["WWW-Authenticate"] = 'Basic realm="kvwatch"'
+                else:
+                    body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+            elif path == "/healthz":
+                ok = healthy()
+                body, ctype, code = (b"ok\n" if ok else b"unhealthy\n"), "text/plain", 200 if ok else 503
+            else:
+                body, ctype, code = b"kvwatch: see /metrics and /healthz\n", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # one line per state change, never per request
+
+        def log_error(self, format: str, *args: object) -> None:
+            # http.server reports a request that did not arrive within the timeout here
+            # (handle_one_request's "Request timed out"); count it, never log it.
+            if format.startswith("Request timed out"):
+                drop("timeout")
+
+    return Handler

@@ -12,6 +12,7 @@ thread-safe by itself; the wiring serialises calls with one lock.
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -147,6 +148,9 @@ class LiveState:
         self._mismatch_logged: set[str] = set()
         self._expected: Expected | None = None
         self._expected_key: tuple[object, ...] | None = None
+        # Fed by the HTTP server's threads without the wiring's lock: guarded on its own.
+        self._http_drops: dict[str, float] = {}
+        self._http_lock = threading.Lock()
 
     # ------------------------------------------------------------------ inputs
 
@@ -229,6 +233,15 @@ class LiveState:
         if error is None:
             return [Event("source", f"source {source} has no data yet (waiting for it to appear)")]
         return [Event("source", f"source {source} down: {error}")]
+
+    def on_http_drop(self, reason: str) -> None:
+        """kvwatch's own HTTP server dropped a connection (aborted, timeout, over_limit, tls_error).
+
+        Thread-safe on its own (called from the server's threads): a flood of clients is one
+        counter, never a log line.
+        """
+        with self._http_lock:
+            self._http_drops[reason] = self._http_drops.get(reason, 0.0) + 1
 
     # ------------------------------------------------------------------ derived values
 
@@ -362,6 +375,10 @@ class LiveState:
                 out.append(Sample("kvwatch_source_last_success_timestamp_seconds", lab, info["last_success"]))
         for kind, count in sorted(self.record_counts.items()):
             out.append(Sample("kvwatch_log_records_total", (("kind", kind),), count))
+        with self._http_lock:
+            drops = sorted(self._http_drops.items())
+        for reason, count in drops:
+            out.append(Sample("kvwatch_http_connections_dropped_total", (("reason", reason),), count))
 
         engines = self.engines or ({"0": self._engine("0")} if self.facts or self.cache_config else {})
         pool = self.pool_tokens()
