@@ -7,6 +7,7 @@ builds the sources, the parser and the expectation from them and hands them to
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -141,6 +142,9 @@ def run(
     # usage error never leaves an orphaned server behind.
     child = child_process(argv)
     sidecar = build_sidecar(settings, child.lines, log_name=f"the output of {argv[0]}")
+    # From here kvwatch's own lines go through the child's pass-through gate: never inside a child's line.
+    own_log = logging.getLogger("kvwatch")
+    own_log.handlers[:] = [child.log_handler(own_log.handlers[0].formatter if own_log.handlers else None)]
     try:
         child.start()
     except BaseException:
