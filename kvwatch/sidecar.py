@@ -42,6 +42,29 @@ log = logging.getLogger("kvwatch")
 COMMIT_INTERVAL_SECONDS = 1.0
 
 
+#: A scrape answer above this size is followed by ``release_memory()``; vLLM's own is 20-60 KB.
+RELEASE_AFTER_BYTES = 1 << 20
+
+
+def release_memory() -> None:
+    """Collect garbage and return freed heap pages to the OS (glibc ``malloc_trim``).
+
+    glibc keeps freed memory for reuse, and after a large free raises its mmap threshold, so a
+    32 MiB buffer freed once stays in RSS; ``malloc_trim(0)`` releases every whole free page.
+    A no-op where there is no glibc (musl, macOS): RSS then stays at its high-water mark.
+    """
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class LineParser(Protocol):
     """The log parser's incremental face (kvwatch.parse.log.LogParser)."""
 
@@ -159,6 +182,10 @@ class Sidecar:
             if outcome.ok and outcome.snapshot is not None:
                 events += self.state.on_scrape(outcome.snapshot, now)
         _emit(events)
+        if outcome.body_bytes > RELEASE_AFTER_BYTES or not outcome.complete:
+            # A huge answer (or one cut off at the scraper's cap) was parsed or buffered: give
+            # the memory back rather than keep the high-water mark for the sidecar's life.
+            release_memory()
 
     # ------------------------------------------------------------------ threads
 
@@ -261,6 +288,7 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
         threshold=settings.threshold,
         scrape_interval=settings.scrape_interval,
         max_num_seqs=settings.max_num_seqs,
+        engine_expiry_scrapes=settings.engine_expiry_scrapes,
     )
     restored = getattr(lines, "restored_checkpoint", None)
     if isinstance(restored, dict) and not state.restore_checkpoint(restored):

@@ -42,6 +42,14 @@ WebConfigOpt = Annotated[
 IntervalOpt = Annotated[
     float | None, _opt("scrape_interval", "Seconds between /metrics scrapes (default 5).", "--scrape-interval")
 ]
+ExpiryOpt = Annotated[
+    int | None,
+    _opt(
+        "engine_expiry_scrapes",
+        "Drop an engine /metrics stopped reporting after N scrapes (default: 5 min).",
+        "--engine-expiry-scrapes",
+    ),
+]
 TimeoutOpt = Annotated[
     float | None, _opt("scrape_timeout", "Seconds before a scrape is abandoned (default 3).", "--scrape-timeout")
 ]
@@ -88,6 +96,7 @@ def watch(
     web_config_file: WebConfigOpt = None,
     scrape_interval: IntervalOpt = None,
     scrape_timeout: TimeoutOpt = None,
+    engine_expiry_scrapes: ExpiryOpt = None,
     bearer_token: TokenOpt = None,
     insecure: InsecureOpt = False,
     ca_file: CaOpt = None,
@@ -120,6 +129,7 @@ def run(
     web_config_file: WebConfigOpt = None,
     scrape_interval: IntervalOpt = None,
     scrape_timeout: TimeoutOpt = None,
+    engine_expiry_scrapes: ExpiryOpt = None,
     bearer_token: TokenOpt = None,
     insecure: InsecureOpt = False,
     ca_file: CaOpt = None,

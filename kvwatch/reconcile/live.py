@@ -38,6 +38,9 @@ GIB = 1 << 30
 MISMATCH_TOLERANCE = 0.02  # a reconcile ratio further than 2 % from 1 is logged (once per cause)
 MAX_ENGINES = 64  # label cardinality bound: engines are DP ranks, never request-derived
 FOOTPRINT_WINDOW_SECONDS = 600.0  # request sizes are judged over the last 10 minutes of scrapes
+#: An engine /metrics stopped reporting (a DP rank gone, a server replaced) is dropped after this
+#: long without it, in scrapes: ceil(ENGINE_EXPIRY_SECONDS / scrape interval) unless configured.
+ENGINE_EXPIRY_SECONDS = 300.0
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -120,6 +123,7 @@ class _Engine:
     preempt_log: _Counter = field(default_factory=_Counter)
     pending_preemptions: float = 0.0
     footprint: deque[tuple[float, EngineSample]] = field(default_factory=deque)
+    missed_scrapes: int = 0  # successful scrapes in a row that did not report this engine
 
 
 class LiveState:
@@ -133,8 +137,10 @@ class LiveState:
         threshold: float = DEFAULT_THRESHOLD,
         scrape_interval: float = 5.0,
         max_num_seqs: int | None = None,
+        engine_expiry_scrapes: int | None = None,
     ) -> None:
         self._expected_factory = expected
+        self.engine_expiry_scrapes = engine_expiry_scrapes or max(1, math.ceil(ENGINE_EXPIRY_SECONDS / scrape_interval))
         self.window_seconds = window_seconds
         self.threshold = threshold
         self.scrape_interval = scrape_interval
@@ -204,11 +210,50 @@ class LiveState:
             if sample.preemptions_total is not None:
                 eng.pending_preemptions += eng.preempt_metrics.observe_cumulative(sample.preemptions_total)
             eng.scrape, eng.scrape_at = sample, now
-            eng.footprint.append((now, sample))
+            eng.missed_scrapes = 0
+            if eng.footprint and eng.footprint[-1][0] == now:
+                # Several (model_name, engine) pairs of one scrape land on one engine: keep one per
+                # scrape, the one eng.scrape holds. Keeping all of them kept every sample of a huge
+                # answer for the 10-minute window, pinning the memory its parse had used (215 MiB
+                # after one 29 MB scrape of 863 model names; benchmarks/scrape_memory.py).
+                eng.footprint[-1] = (now, sample)
+            else:
+                eng.footprint.append((now, sample))
             while eng.footprint and now - eng.footprint[0][0] > FOOTPRINT_WINDOW_SECONDS:
                 eng.footprint.popleft()
             events += self._judge(eng, now)
+        events += self._expire_engines({s.engine or "0" for s in snapshot.engines}, now)
         events += self._reconcile_events()
+        return events
+
+    def _expire_engines(self, reported: set[str], now: float) -> list[Event]:
+        """Drop engines /metrics has stopped reporting for ``engine_expiry_scrapes`` scrapes.
+
+        Only engines a scrape once reported, and only on scrapes that reported some engine (an
+        answer with no vLLM series at all, a server starting, says nothing about which engines
+        exist). An engine the log still reports within the same age stays: the log is a source too.
+        Without this, fleet sums kept adding a gone rank's last values forever.
+        """
+        if not reported:
+            return []
+        if len(self.engines) >= MAX_ENGINES and "overflow" in self.engines:
+            reported = reported | {"overflow"}
+        events = []
+        max_age = self.engine_expiry_scrapes * self.scrape_interval
+        for key, eng in list(self.engines.items()):
+            if key in reported or eng.scrape_at is None:
+                continue
+            eng.missed_scrapes += 1
+            log_recent = eng.log_stats_at is not None and now - eng.log_stats_at < max_age
+            if eng.missed_scrapes >= self.engine_expiry_scrapes and not log_recent:
+                del self.engines[key]
+                events.append(
+                    Event(
+                        "source",
+                        f"engine {key} ({self._model_name(eng)}): not in /metrics for {eng.missed_scrapes} "
+                        "scrapes; its series are dropped",
+                    )
+                )
         return events
 
     def on_source(
