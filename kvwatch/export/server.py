@@ -46,6 +46,7 @@ from kvwatch.export.webconfig import BasicAuth, WebConfig
 
 #: Reasons a connection is dropped, the values of kvwatch_http_connections_dropped_total{reason}.
 DROP_REASONS = ("aborted", "timeout", "over_limit", "tls_error")
+_ACCEPT_BATCH = 16
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -146,7 +147,11 @@ class MetricsServer:
             self._expire(time.monotonic())
 
     def _accept(self) -> None:
-        while True:
+        # A bounded batch per wake-up: under a connect flood the connections already accepted
+        # (most of them readable at once, or already reset) are dispatched between batches, so
+        # they do not pile up and push the connection bound onto idle clients. The rest wait in
+        # the kernel's backlog.
+        for _ in range(_ACCEPT_BATCH):
             try:
                 conn, _addr = self._sock.accept()
             except (BlockingIOError, InterruptedError):
