@@ -91,6 +91,7 @@ class MetricsServer:
         self._selector = selectors.DefaultSelector()
         self._waiting: dict[socket.socket, float] = {}  # connected, no bytes yet -> accepted at (monotonic)
         self._busy = 0  # connections handed to a worker
+        self._conns: set[socket.socket] = set()  # every accepted connection not yet closed
         self._count_lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -113,10 +114,14 @@ class MetricsServer:
             self._wake_w.send(b"x")
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        with self._count_lock:
+            conns = list(self._conns)
+            self._waiting.clear()
+        for conn in conns:  # wakes workers blocked on a client; queued ones find their socket closed
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            self._release(conn)
         self._pool.shutdown(wait=True, cancel_futures=True)
-        for conn in list(self._waiting):
-            _close(conn)
-        self._waiting.clear()
         with contextlib.suppress(Exception):
             self._selector.close()
         for s in (self._sock, self._wake_r, self._wake_w):
@@ -159,8 +164,10 @@ class MetricsServer:
             except OSError:  # ECONNABORTED, EMFILE: nothing to log per client; try again next event
                 return
             conn.setblocking(False)
+            with self._count_lock:
+                self._conns.add(conn)
             if self.open_connections >= self._max_connections and not self._evict_oldest():
-                _close(conn)
+                self._release(conn)
                 self._drop("over_limit")
                 continue
             with self._count_lock:
@@ -170,7 +177,7 @@ class MetricsServer:
             except (OSError, ValueError):
                 with self._count_lock:
                     self._waiting.pop(conn, None)
-                _close(conn)
+                self._release(conn)
 
     def _evict_oldest(self) -> bool:
         with self._count_lock:
@@ -194,7 +201,7 @@ class MetricsServer:
         except RuntimeError:  # shutting down
             with self._count_lock:
                 self._busy -= 1
-            _close(conn)
+            self._release(conn)
 
     def _expire(self, now: float) -> None:
         with self._count_lock:
@@ -208,6 +215,12 @@ class MetricsServer:
     def _forget(self, conn: socket.socket) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(conn)
+        self._release(conn)
+
+    def _release(self, conn: socket.socket) -> None:
+        """Close an accepted connection and stop tracking it."""
+        with self._count_lock:
+            self._conns.discard(conn)
         _close(conn)
 
     # ------------------------------------------------------------------ the workers
@@ -234,8 +247,7 @@ class MetricsServer:
             self._drop("aborted")
         finally:
             _close(sock)
-            if sock is not conn:
-                _close(conn)
+            self._release(conn)
             with self._count_lock:
                 self._busy -= 1
 

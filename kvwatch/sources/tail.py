@@ -804,10 +804,24 @@ class LogFollower:
         self._watches.clear()
 
 
+def _private_file() -> int:
+    """A descriptor of an anonymous, sparse, private file: memfd (Linux; needs no writable
+    directory, e.g. a read-only root filesystem), else an unlinked mkstemp file (O_EXCL, 0600).
+    Only our descriptor holds it, so nothing is left behind by a crash."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        with contextlib.suppress(OSError):
+            return int(memfd_create("kvwatch-gz", getattr(os, "MFD_CLOEXEC", 0)))
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="kvwatch-gz-")
+    os.unlink(tmp)
+    return fd
+
+
 def _decompress_tail(name: str, marks: _Open, min_size: int) -> tuple[int, os.stat_result] | None:
     """Decompress ``name`` if it starts and continues like ``marks``; see ``_find_compressed``."""
     import gzip
-    import tempfile
     import zlib
 
     head_end = marks.fp_len
@@ -819,10 +833,7 @@ def _decompress_tail(name: str, marks: _Open, min_size: int) -> tuple[int, os.st
             head = gz.read(head_end)
             if _hash(head) != marks.fp_hash:
                 return None  # another rotation's copy: its first bytes differ
-            # A private temporary file (mkstemp: O_EXCL, mode 0600), unlinked at once so only our
-            # descriptor keeps it and nothing is left behind by a crash.
-            fd, tmp = tempfile.mkstemp(prefix="kvwatch-gz-")
-            os.unlink(tmp)
+            fd = _private_file()
             os.pwrite(fd, head, 0)
             pos = len(head)
             while True:
