@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
+import ssl
 import statistics
 import struct
 import subprocess
@@ -151,6 +152,47 @@ def test_a_request_that_never_completes_is_cut_at_the_read_timeout(state: LiveSt
         wait_for(lambda: _dropped(state, "timeout") == 1, timeout=CEILING, what="the timeout counted")
         assert _scrape_seconds(server.port) < CEILING  # and it still answers
     finally:
+        server.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_slow_loris_connections_hold_no_worker_and_a_scrape_behind_them_is_fast(
+    state: LiveState, tls: bool, request: pytest.FixtureRequest
+) -> None:
+    # 4 workers and 100 clients that each send a few bytes of a request, then nothing: with a
+    # thread (or a worker) per connection the scrape would wait behind them for the read timeout.
+    web = load_web_config(request.getfixturevalue("web_config")) if tls else None
+    server = _server(state, workers=4, web_config=web)
+    stalled = []
+    try:
+        for _ in range(100):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            if tls:
+                ctx = ssl.create_default_context(cafile=str(request.getfixturevalue("certificate")[0]))
+                s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
+            s.sendall(b"GET /metrics HT")
+            stalled.append(s)
+        if tls:
+            auth = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+            ca = str(request.getfixturevalue("certificate")[0])
+
+            def scrape() -> float:
+                started = time.perf_counter()
+                got = requests.get(
+                    f"https://127.0.0.1:{server.port}/metrics", headers={"Authorization": auth}, verify=ca, timeout=10
+                )
+                assert got.status_code == 200
+                return time.perf_counter() - started
+
+            scrape()  # the first pays the bcrypt; later ones hit the cache
+            times = [scrape() for _ in range(5)]
+        else:
+            times = [_scrape_seconds(server.port) for _ in range(5)]
+        assert statistics.median(times) < 0.100
+        assert server.open_connections >= 100  # they are all still there, costing no worker
+    finally:
+        for s in stalled:
+            s.close()
         server.close()
 
 

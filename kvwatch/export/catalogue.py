@@ -161,7 +161,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "kvwatch_http_connections_dropped_total",
         "counter",
         "Connections kvwatch's own HTTP server closed without an answer: reason=aborted (client went "
-        "away), timeout (idle or slow request), over_limit (too many open), tls_error (failed handshake).",
+        "away), timeout (idle or slow request), over_limit (too many open), tls_error (failed handshake), "
+        "bad_request (a request head over 16 KiB).",
         ("reason",),
         per_engine=False,
     ),

@@ -4,12 +4,14 @@ Not prometheus_client.start_http_server: the sidecar also answers ``/healthz`` (
 probes) on the same port, and whatever can reach ``:9400`` must not be able to flood kvwatch's
 log, exhaust its threads or starve Prometheus' scrape. So:
 
-- **One thread waits for all connections** (a selector): an accepted connection costs no thread
-  until its first bytes arrive, so hundreds of idle or half-open connections cost file
-  descriptors, not threads, and a scrape behind them is still answered at once. A connection
-  that sends nothing for ``idle_timeout`` seconds is closed.
-- **A few workers answer requests** (``workers``); a request must arrive whole within
-  ``read_timeout`` (slow-loris), its answer is written within it too.
+- **One thread waits for all connections** (a selector) and reads each request head itself,
+  non-blocking (and runs the TLS handshake the same way): a connection costs no thread until its
+  whole request has arrived, so hundreds of idle, half-open or slow-loris connections cost file
+  descriptors and a small buffer, not threads, and a scrape behind them is answered at once. A
+  connection that sends nothing for ``idle_timeout`` seconds is closed; one whose request head
+  (at most 16 KiB) is not complete ``read_timeout`` seconds after its first byte is closed.
+- **A few workers answer complete requests** (``workers``); the answer must be taken by the
+  client within ``read_timeout``.
 - **Bounded connections**: at most ``max_connections`` open; beyond that the connection that
   has been idle longest is closed for the new one (a scraper that connects and asks at once
   always gets in; an idle flood evicts only itself).
@@ -30,6 +32,7 @@ held by an idle keep-alive connection.
 from __future__ import annotations
 
 import contextlib
+import io
 import selectors
 import socket
 import ssl
@@ -37,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
@@ -45,8 +49,26 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from kvwatch.export.webconfig import BasicAuth, WebConfig
 
 #: Reasons a connection is dropped, the values of kvwatch_http_connections_dropped_total{reason}.
-DROP_REASONS = ("aborted", "timeout", "over_limit", "tls_error")
+DROP_REASONS = ("aborted", "timeout", "over_limit", "tls_error", "bad_request")
 _ACCEPT_BATCH = 16
+_MAX_HEAD_BYTES = 16 * 1024  # a Prometheus scrape's request head is ~300 bytes
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A connection the selector holds: when it came, when its first byte came, what it sent."""
+
+    accepted_at: float
+    started_at: float | None = None
+    head: bytearray | None = None
+    handshaken: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What the handler gets as its "server": the request head the selector read."""
+
+    head: bytes
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -89,7 +111,7 @@ class MetricsServer:
         self._idle_timeout = idle_timeout
         self._read_timeout = read_timeout
         self._selector = selectors.DefaultSelector()
-        self._waiting: dict[socket.socket, float] = {}  # connected, no bytes yet -> accepted at (monotonic)
+        self._waiting: dict[socket.socket, _Pending] = {}  # connections whose request is not complete
         self._busy = 0  # connections handed to a worker
         self._conns: set[socket.socket] = set()  # every accepted connection not yet closed
         self._count_lock = threading.Lock()
@@ -148,7 +170,7 @@ class MetricsServer:
                     with contextlib.suppress(OSError):
                         self._wake_r.recv(64)
                 else:
-                    self._dispatch(key.fileobj)  # type: ignore[arg-type]
+                    self._readable(key.fileobj)  # type: ignore[arg-type]
             self._expire(time.monotonic())
 
     def _accept(self) -> None:
@@ -164,6 +186,13 @@ class MetricsServer:
             except OSError:  # ECONNABORTED, EMFILE: nothing to log per client; try again next event
                 return
             conn.setblocking(False)
+            if self._ssl is not None:
+                try:  # the handshake runs non-blocking in _readable, never holding a thread
+                    conn = self._ssl.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError):
+                    _close(conn)
+                    self._drop("tls_error")
+                    continue
             with self._count_lock:
                 self._conns.add(conn)
             if self.open_connections >= self._max_connections and not self._evict_oldest():
@@ -171,7 +200,7 @@ class MetricsServer:
                 self._drop("over_limit")
                 continue
             with self._count_lock:
-                self._waiting[conn] = time.monotonic()
+                self._waiting[conn] = _Pending(time.monotonic())
             try:
                 self._selector.register(conn, selectors.EVENT_READ, "conn")
             except (OSError, ValueError):
@@ -183,13 +212,50 @@ class MetricsServer:
         with self._count_lock:
             if not self._waiting:
                 return False
-            oldest = min(self._waiting, key=self._waiting.__getitem__)
+            oldest = min(self._waiting, key=lambda c: self._waiting[c].accepted_at)
             del self._waiting[oldest]
         self._forget(oldest)
         self._drop("over_limit")
         return True
 
-    def _dispatch(self, conn: socket.socket) -> None:
+    def _readable(self, conn: socket.socket) -> None:
+        """Advance a waiting connection: TLS handshake, then its request head, without blocking."""
+        pending = self._waiting.get(conn)
+        if pending is None:
+            return
+        if pending.started_at is None:
+            pending.started_at = time.monotonic()
+        try:
+            if isinstance(conn, ssl.SSLSocket) and not pending.handshaken:
+                conn.do_handshake()
+                pending.handshaken = True
+            data = conn.recv(8192)
+            while isinstance(conn, ssl.SSLSocket) and data and conn.pending() and len(data) <= _MAX_HEAD_BYTES:
+                data += conn.recv(8192)  # decrypted bytes the socket will not signal again
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+            return  # more bytes needed; the deadline in _expire still applies
+        except ssl.SSLError:
+            self._give_up(conn, "tls_error")
+            return
+        except OSError:
+            self._give_up(conn, "aborted")
+            return
+        if not data:
+            self._give_up(conn, "aborted")  # connected, then closed before a whole request
+            return
+        head = pending.head = (pending.head or bytearray()) + data
+        if len(head) > _MAX_HEAD_BYTES:
+            self._give_up(conn, "bad_request")
+        elif b"\r\n\r\n" in head or b"\n\n" in head:
+            self._dispatch(conn, bytes(head))
+
+    def _give_up(self, conn: socket.socket, reason: str) -> None:
+        with self._count_lock:
+            self._waiting.pop(conn, None)
+        self._forget(conn)
+        self._drop(reason)
+
+    def _dispatch(self, conn: socket.socket, head: bytes) -> None:
         with self._count_lock:
             if self._waiting.pop(conn, None) is None:
                 return
@@ -197,15 +263,20 @@ class MetricsServer:
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(conn)
         try:
-            self._pool.submit(self._serve, conn)
+            self._pool.submit(self._serve, conn, head)
         except RuntimeError:  # shutting down
             with self._count_lock:
                 self._busy -= 1
             self._release(conn)
 
     def _expire(self, now: float) -> None:
+        def stale_one(p: _Pending) -> bool:
+            if p.started_at is None:
+                return now - p.accepted_at >= self._idle_timeout
+            return now - p.started_at >= self._read_timeout
+
         with self._count_lock:
-            stale = [c for c, at in self._waiting.items() if now - at >= self._idle_timeout]
+            stale = [c for c, p in self._waiting.items() if stale_one(p)]
             for conn in stale:
                 del self._waiting[conn]
         for conn in stale:
@@ -225,18 +296,13 @@ class MetricsServer:
 
     # ------------------------------------------------------------------ the workers
 
-    def _serve(self, conn: socket.socket) -> None:
-        """Answer one request on ``conn``; every failure is a counted drop, never a log line."""
-        sock: socket.socket = conn
+    def _serve(self, conn: socket.socket, head: bytes) -> None:
+        """Answer the request whose head the selector read; every failure is a counted drop."""
         try:
             conn.setblocking(True)
-            conn.settimeout(self._read_timeout)
-            if self._ssl is not None:
-                sock = self._ssl.wrap_socket(conn, server_side=True)  # the handshake, under read_timeout
-            # The handler only stores its "server"; it needs none of socketserver's.
-            handler = self._handler(sock, sock.getpeername(), cast(Any, self))
-            if not getattr(handler, "raw_requestline", b""):
-                self._drop("aborted")  # connected, then closed without a request
+            conn.settimeout(self._read_timeout)  # bounds writing the answer to a slow reader
+            # The handler's "server" carries the head; it needs nothing of socketserver's.
+            self._handler(conn, conn.getpeername(), cast(Any, _Request(head)))
         except TimeoutError:
             self._drop("timeout")
         except ssl.SSLError:
@@ -246,7 +312,6 @@ class MetricsServer:
         except Exception:  # a handler bug must not print a traceback per client either
             self._drop("aborted")
         finally:
-            _close(sock)
             self._release(conn)
             with self._count_lock:
                 self._busy -= 1
@@ -270,6 +335,12 @@ def _handler_class(
     class Handler(BaseHTTPRequestHandler):
         server_version = "kvwatch"
         sys_version = ""
+
+        def setup(self) -> None:
+            super().setup()
+            # The request head was read by the selector: parse it from memory (a GET has no body).
+            self.rfile.close()
+            self.rfile = io.BytesIO(cast(_Request, self.server).head)
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
