@@ -39,8 +39,14 @@ class WatchSettings(BaseSettings):
     )
     model: str | None = Field(None, description="model id or catalogue name, instead of --model-config")
     listen: str = Field("0.0.0.0:9400", description="HOST:PORT for kvwatch's /metrics and /healthz")
+    web_config_file: Path | None = Field(
+        None, description="Prometheus exporter-toolkit web config (TLS, basic auth) for kvwatch's /metrics"
+    )
     scrape_interval: float = Field(5.0, gt=0, description="seconds between /metrics scrapes")
     scrape_timeout: float = Field(3.0, gt=0, description="seconds before a scrape is abandoned")
+    engine_expiry_scrapes: int | None = Field(
+        None, gt=0, description="drop an engine /metrics stopped reporting after this many scrapes (default: 5 min)"
+    )
     bearer_token: str | None = Field(None, description="bearer token for a protected /metrics", repr=False)
     insecure: bool = Field(False, description="skip TLS certificate verification for --metrics-url")
     ca_file: Path | None = Field(None, description="CA bundle to verify --metrics-url's certificate")

@@ -31,6 +31,7 @@ from kvwatch.settings import WatchSettings
 from kvwatch.sources.lines import LineSource
 
 if TYPE_CHECKING:
+    from kvwatch.export.webconfig import WebConfig
     from kvwatch.reconcile.architecture import Architecture
     from kvwatch.reconcile.facts import ServerFacts
     from kvwatch.reconcile.pool import RequestShape
@@ -42,6 +43,29 @@ log = logging.getLogger("kvwatch")
 # The log position is saved at most this often (and at shutdown): saving it for every batch cost
 # more CPU than parsing at 500 lines/s. A SIGKILL can therefore re-read up to a second of lines.
 COMMIT_INTERVAL_SECONDS = 1.0
+
+
+#: A scrape answer above this size is followed by ``release_memory()``; vLLM's own is 20-60 KB.
+RELEASE_AFTER_BYTES = 1 << 20
+
+
+def release_memory() -> None:
+    """Collect garbage and return freed heap pages to the OS (glibc ``malloc_trim``).
+
+    glibc keeps freed memory for reuse, and after a large free raises its mmap threshold, so a
+    32 MiB buffer freed once stays in RSS; ``malloc_trim(0)`` releases every whole free page.
+    A no-op where there is no glibc (musl, macOS): RSS then stays at its high-water mark.
+    """
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class LineParser(Protocol):
@@ -69,6 +93,7 @@ class Sidecar:
         listen: str,
         scrape_interval: float = 5.0,
         clock: Callable[[], float] = time.time,
+        web_config: WebConfig | None = None,
     ) -> None:
         self.state = state
         self.parser = parser
@@ -80,7 +105,13 @@ class Sidecar:
         self.stopping = threading.Event()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StateCollector(lambda now: samples(self.state, now), self.lock, clock))
-        self.server = MetricsServer(self.registry, listen, healthy=lambda: not self.stopping.is_set())
+        self.server = MetricsServer(
+            self.registry,
+            listen,
+            healthy=lambda: not self.stopping.is_set(),
+            web_config=web_config,
+            on_drop=self.state.on_http_drop,
+        )
         self._threads: list[threading.Thread] = []
         self._uncommitted = False
         self._last_commit = 0.0
@@ -129,6 +160,9 @@ class Sidecar:
 
     def _commit(self) -> None:
         assert self.lines is not None
+        if hasattr(self.lines, "checkpoint"):  # a followed file: counters saved with its position
+            with self.lock:
+                self.lines.checkpoint = self.state.checkpoint()
         try:
             self.lines.commit()
         except Exception as exc:  # a full disk must not stop the sidecar; the source reports it
@@ -151,6 +185,10 @@ class Sidecar:
             if outcome.ok and outcome.snapshot is not None:
                 events += self.state.on_scrape(outcome.snapshot, now)
         _emit(events)
+        if outcome.body_bytes > RELEASE_AFTER_BYTES or not outcome.complete:
+            # A huge answer (or one cut off at the scraper's cap) was parsed or buffered: give
+            # the memory back rather than keep the high-water mark for the sidecar's life.
+            release_memory()
 
     # ------------------------------------------------------------------ threads
 
@@ -253,7 +291,11 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
         threshold=settings.threshold,
         scrape_interval=settings.scrape_interval,
         max_num_seqs=settings.max_num_seqs,
+        engine_expiry_scrapes=settings.engine_expiry_scrapes,
     )
+    restored = getattr(lines, "restored_checkpoint", None)
+    if isinstance(restored, dict) and not state.restore_checkpoint(restored):
+        log.warning("source: counters saved with the log position are malformed; they restart from 0")
     scraper = None
     if settings.metrics_url:
         from kvwatch.parse.metrics import read_exposition
@@ -268,6 +310,16 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
             interval=settings.scrape_interval,
             reader=read_exposition,  # the wiring hands the source its parser
         )
+    web_config = None
+    if settings.web_config_file is not None:
+        from kvwatch.export.webconfig import load_web_config
+
+        try:
+            web_config = load_web_config(settings.web_config_file)
+        except UsageError:
+            if lines is not None:
+                lines.close()
+            raise
     try:
         sidecar = Sidecar(
             state,
@@ -276,19 +328,28 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
             scraper=scraper,
             listen=settings.listen,
             scrape_interval=settings.scrape_interval,
+            web_config=web_config,
         )
     except OSError as exc:
         if lines is not None:
             lines.close()
         raise UsageError(f"cannot listen on {settings.listen}: {exc.strerror or exc}; pick another --listen") from None
     log.info(
-        "start: listening on %s (log: %s, metrics: %s, model: %s)",
+        "start: listening on %s%s (log: %s, metrics: %s, model: %s)",
         settings.listen,
+        _protection(web_config),
         settings.replay or settings.log or log_name or "none",
         _redact(settings.metrics_url),
         arch.name if arch is not None else "from the log",
     )
     return sidecar.start()
+
+
+def _protection(web_config: WebConfig | None) -> str:
+    if web_config is None:
+        return ""
+    parts = [p for p, on in (("TLS", web_config.tls is not None), ("basic auth", web_config.basic_auth_users)) if on]
+    return f" with {' and '.join(parts)}" if parts else ""
 
 
 def _architecture(settings: WatchSettings) -> Architecture | None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from kvwatch.cli import main
 from kvwatch.reconcile.analysis import analyze_paths
+from tests.helpers import run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"
@@ -52,17 +52,6 @@ CONFIG_KEYS = {
     "gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
     "enable_prefix_caching", "quantization", "max_num_seqs", "max_num_batched_tokens",
 }  # fmt: skip
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``kvwatch ARGV``."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def analyze_json(path: Path | str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pytest
 
 from kvwatch.reconcile.evidence import Increase, counter_increase, distribution, histogram_increase, quantile
 from kvwatch.records import HistogramSummary
-from tests.test_analyze import run
+from tests.helpers import run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"

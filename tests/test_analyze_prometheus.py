@@ -29,7 +29,7 @@ import yaml
 
 from tests.conftest import FIXTURES, require_binary
 from tests.e2e.server import free_port, start_process, stop_process_tree, wait_for_http_ok
-from tests.test_analyze import run
+from tests.helpers import run
 
 SEED = FIXTURES / "vllm-cpu-seed"
 SCRAPES = [*sorted(SEED.glob("metrics-[0-9]*.prom")), SEED / "metrics-final.prom"]

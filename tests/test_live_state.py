@@ -198,6 +198,7 @@ def _full_state() -> LiveState:
     state.on_log_record(_stats(5, 15, 97.0, preemptions=1), 1)
     state.on_source("log", True, 1, 0.001)
     state.on_source("metrics", True, 1, 0.01)
+    state.on_http_drop("aborted")
     state.on_scrape(
         _snapshot(
             _engine(2, _hist(0, 0, 9), _hist(9, 9, 9)),

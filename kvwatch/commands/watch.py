@@ -7,6 +7,7 @@ builds the sources, the parser and the expectation from them and hands them to
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -35,8 +36,20 @@ ModelOpt = Annotated[str | None, _opt("model", "Model id or catalogue name (inst
 ListenOpt = Annotated[
     str | None, _opt("listen", "HOST:PORT for /metrics and /healthz (default 0.0.0.0:9400).", "--listen")
 ]
+WebConfigOpt = Annotated[
+    Path | None,
+    _opt("web_config_file", "TLS/basic-auth config for /metrics (exporter-toolkit format).", "--web-config-file"),
+]
 IntervalOpt = Annotated[
     float | None, _opt("scrape_interval", "Seconds between /metrics scrapes (default 5).", "--scrape-interval")
+]
+ExpiryOpt = Annotated[
+    int | None,
+    _opt(
+        "engine_expiry_scrapes",
+        "Drop an engine /metrics stopped reporting after N scrapes (default: 5 min).",
+        "--engine-expiry-scrapes",
+    ),
 ]
 TimeoutOpt = Annotated[
     float | None, _opt("scrape_timeout", "Seconds before a scrape is abandoned (default 3).", "--scrape-timeout")
@@ -81,8 +94,10 @@ def watch(
     model_config: ModelConfigOpt = None,
     model: ModelOpt = None,
     listen: ListenOpt = None,
+    web_config_file: WebConfigOpt = None,
     scrape_interval: IntervalOpt = None,
     scrape_timeout: TimeoutOpt = None,
+    engine_expiry_scrapes: ExpiryOpt = None,
     bearer_token: TokenOpt = None,
     insecure: InsecureOpt = False,
     ca_file: CaOpt = None,
@@ -112,8 +127,10 @@ def run(
     model_config: ModelConfigOpt = None,
     model: ModelOpt = None,
     listen: ListenOpt = None,
+    web_config_file: WebConfigOpt = None,
     scrape_interval: IntervalOpt = None,
     scrape_timeout: TimeoutOpt = None,
+    engine_expiry_scrapes: ExpiryOpt = None,
     bearer_token: TokenOpt = None,
     insecure: InsecureOpt = False,
     ca_file: CaOpt = None,
@@ -136,6 +153,9 @@ def run(
     # usage error never leaves an orphaned server behind.
     child = child_process(argv)
     sidecar = build_sidecar(settings, child.lines, log_name=f"the output of {argv[0]}")
+    # From here kvwatch's own lines go through the child's pass-through gate: never inside a child's line.
+    own_log = logging.getLogger("kvwatch")
+    own_log.handlers[:] = [child.log_handler(own_log.handlers[0].formatter if own_log.handlers else None)]
     try:
         child.start()
     except BaseException:

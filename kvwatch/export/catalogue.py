@@ -164,6 +164,15 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         contract=True,
     ),
     MetricSpec(
+        "kvwatch_http_connections_dropped_total",
+        "counter",
+        "Connections kvwatch's own HTTP server closed without an answer: reason=aborted (client went "
+        "away), timeout (idle or slow request), over_limit (too many open), tls_error (failed handshake), "
+        "bad_request (a request head over 16 KiB).",
+        ("reason",),
+        per_engine=False,
+    ),
+    MetricSpec(
         "kvwatch_build_info", "gauge", "kvwatch build; always 1.", ("version",), per_engine=False, contract=True
     ),
 )

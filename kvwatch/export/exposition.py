@@ -40,6 +40,8 @@ def render(view: LiveView) -> list[Sample]:
             out.append(Sample("kvwatch_source_last_success_timestamp_seconds", lab, src.last_success))
     for kind, count in view.record_counts:
         out.append(Sample("kvwatch_log_records_total", (("kind", kind),), count))
+    for reason, count in view.http_drops:
+        out.append(Sample("kvwatch_http_connections_dropped_total", (("reason", reason),), count))
 
     for eng in view.engines:
         base: Labels = (("model_name", eng.model_name), ("engine", eng.engine))

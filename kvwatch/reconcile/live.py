@@ -13,6 +13,7 @@ thread-safe by itself; the wiring serialises calls with one lock.
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ GIB = 1 << 30
 MISMATCH_TOLERANCE = 0.02  # a reconcile ratio further than 2 % from 1 is logged (once per cause)
 MAX_ENGINES = 64  # label cardinality bound: engines are DP ranks, never request-derived
 FOOTPRINT_WINDOW_SECONDS = 600.0  # request sizes are judged over the last 10 minutes of scrapes
+#: An engine /metrics stopped reporting (a DP rank gone, a server replaced) is dropped after this
+#: long without it, in scrapes: ceil(ENGINE_EXPIRY_SECONDS / scrape interval) unless configured.
+ENGINE_EXPIRY_SECONDS = 300.0
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -99,6 +103,7 @@ class LiveView:
     sources: tuple[SourceView, ...]
     record_counts: tuple[tuple[str, float], ...]
     engines: tuple[EngineView, ...]
+    http_drops: tuple[tuple[str, float], ...] = ()  # kvwatch's own server: dropped connections by reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +185,7 @@ class _Engine:
     preempt_log: _Counter = field(default_factory=_Counter)
     pending_preemptions: float = 0.0
     footprint: deque[tuple[float, EngineSample]] = field(default_factory=deque)
+    missed_scrapes: int = 0  # successful scrapes in a row that did not report this engine
 
 
 class LiveState:
@@ -193,8 +199,10 @@ class LiveState:
         threshold: float = DEFAULT_THRESHOLD,
         scrape_interval: float = 5.0,
         max_num_seqs: int | None = None,
+        engine_expiry_scrapes: int | None = None,
     ) -> None:
         self._expected_factory = expected
+        self.engine_expiry_scrapes = engine_expiry_scrapes or max(1, math.ceil(ENGINE_EXPIRY_SECONDS / scrape_interval))
         self.window_seconds = window_seconds
         self.threshold = threshold
         self.scrape_interval = scrape_interval
@@ -208,6 +216,9 @@ class LiveState:
         self._expected: Expected | None = None
         self._expected_key: ServerFacts | None = None
         self.progress = ProgressTracker(live=True)  # the cause table's facts (kvwatch_diagnosis)
+        # Fed by the HTTP server's threads without the wiring's lock: guarded on its own.
+        self._http_drops: dict[str, float] = {}
+        self._http_lock = threading.Lock()
 
     # ------------------------------------------------------------------ inputs
 
@@ -266,11 +277,50 @@ class LiveState:
                 eng.pending_preemptions += eng.preempt_metrics.observe_cumulative(sample.preemptions_total)
             self._track_scrape(eng, sample, now, (eng.preempt_metrics.total or 0.0) - (before or 0.0))
             eng.scrape, eng.scrape_at = sample, now
-            eng.footprint.append((now, sample))
+            eng.missed_scrapes = 0
+            if eng.footprint and eng.footprint[-1][0] == now:
+                # Several (model_name, engine) pairs of one scrape land on one engine: keep one per
+                # scrape, the one eng.scrape holds. Keeping all of them kept every sample of a huge
+                # answer for the 10-minute window, pinning the memory its parse had used (215 MiB
+                # after one 29 MB scrape of 863 model names; benchmarks/scrape_memory.py).
+                eng.footprint[-1] = (now, sample)
+            else:
+                eng.footprint.append((now, sample))
             while eng.footprint and now - eng.footprint[0][0] > FOOTPRINT_WINDOW_SECONDS:
                 eng.footprint.popleft()
             events += self._judge(eng, now)
+        events += self._expire_engines({s.engine or "0" for s in snapshot.engines}, now)
         events += self._reconcile_events()
+        return events
+
+    def _expire_engines(self, reported: set[str], now: float) -> list[Event]:
+        """Drop engines /metrics has stopped reporting for ``engine_expiry_scrapes`` scrapes.
+
+        Only engines a scrape once reported, and only on scrapes that reported some engine (an
+        answer with no vLLM series at all, a server starting, says nothing about which engines
+        exist). An engine the log still reports within the same age stays: the log is a source too.
+        Without this, fleet sums kept adding a gone rank's last values forever.
+        """
+        if not reported:
+            return []
+        if len(self.engines) >= MAX_ENGINES and "overflow" in self.engines:
+            reported = reported | {"overflow"}
+        events = []
+        max_age = self.engine_expiry_scrapes * self.scrape_interval
+        for key, eng in list(self.engines.items()):
+            if key in reported or eng.scrape_at is None:
+                continue
+            eng.missed_scrapes += 1
+            log_recent = eng.log_stats_at is not None and now - eng.log_stats_at < max_age
+            if eng.missed_scrapes >= self.engine_expiry_scrapes and not log_recent:
+                del self.engines[key]
+                events.append(
+                    Event(
+                        "source",
+                        f"engine {key} ({self._model_name(eng)}): not in /metrics for {eng.missed_scrapes} "
+                        "scrapes; its series are dropped",
+                    )
+                )
         return events
 
     def on_source(
@@ -295,6 +345,15 @@ class LiveState:
         if error is None:
             return [Event("source", f"source {source} has no data yet (waiting for it to appear)")]
         return [Event("source", f"source {source} down: {error}")]
+
+    def on_http_drop(self, reason: str) -> None:
+        """kvwatch's own HTTP server dropped a connection (aborted, timeout, over_limit, tls_error).
+
+        Thread-safe on its own (called from the server's threads): a flood of clients is one
+        counter, never a log line.
+        """
+        with self._http_lock:
+            self._http_drops[reason] = self._http_drops.get(reason, 0.0) + 1
 
     # ------------------------------------------------------------------ derived values
 
@@ -484,7 +543,9 @@ class LiveState:
                     cause=live_cause(self.server, self.progress, eng.state or "unknown"),
                 )
             )
-        return LiveView(__version__, sources, tuple(sorted(self.record_counts.items())), tuple(views))
+        with self._http_lock:
+            drops = tuple(sorted(self._http_drops.items()))
+        return LiveView(__version__, sources, tuple(sorted(self.record_counts.items())), tuple(views), drops)
 
     def reconcile_ratios(self) -> dict[str, float]:
         """observed / expected for pool_tokens, bytes_per_token and max_concurrency."""
@@ -515,6 +576,42 @@ class LiveState:
         facts = self.facts()
         mml = facts.max_model_len
         return _concurrency_at_len(pool_tokens, mml, facts.block_size) if mml else None
+
+    # ------------------------------------------------------------------ crash-restart
+
+    def checkpoint(self) -> dict[str, object]:
+        """The counters the log has fed so far, to be saved in the same write as the log position.
+
+        A restart resumes reading at the saved position with these values, so a line read again
+        after a SIGKILL (up to the commit interval) adds nothing that was already counted, and
+        Prometheus sees one continuous counter rather than a reset (which ``increase()`` would
+        add on top of the re-read lines).
+        """
+        return {
+            "log_records": dict(self.record_counts),
+            "preemptions_log": {
+                e: [eng.preempt_log.total, eng.preempt_log.last]
+                for e, eng in self.engines.items()
+                if eng.preempt_log.total is not None
+            },
+        }
+
+    def restore_checkpoint(self, saved: dict[str, object]) -> bool:
+        """Resume the counters of ``checkpoint()``; False (nothing changed) if ``saved`` is malformed."""
+        records, preempt = saved.get("log_records"), saved.get("preemptions_log")
+        if not isinstance(records, dict) or not isinstance(preempt, dict):
+            return False
+        counts = {str(k): float(v) for k, v in records.items() if _num(v) is not None and float(v) >= 0}
+        totals: dict[str, tuple[float, float | None]] = {}
+        for engine, pair in preempt.items():
+            if not (isinstance(pair, list) and len(pair) == 2 and _num(pair[0]) is not None):
+                return False
+            totals[str(engine)[:64]] = (float(pair[0]), _num(pair[1]))
+        self.record_counts.update(counts)
+        for engine, (total, last) in totals.items():
+            eng = self._engine(engine)
+            eng.preempt_log.total, eng.preempt_log.last = total, last
+        return True
 
     # ------------------------------------------------------------------ internals
 

@@ -19,23 +19,28 @@ What this module owns:
   its end (and watched for ``rotate_wait`` seconds, since a writer may still hold it) while the
   new file is read from its start. Copytruncate: the shrunk (or rewritten) file is read again
   from 0, and the bytes written between our last read and the copy are read from the copy,
-  found next to the log by its content marks and then read like a rotated-away file. A
+  found next to the log by its content marks (plain, or gzipped by logrotate's ``compress``
+  without ``delaycompress``, then decompressed) and read like a rotated-away file. A
   truncation that lands between our check and our read is caught by re-checking the marks
   after the read, and the read is taken back. A file that does not exist yet is waited for
   (``up=False``, no error).
-- **Positions.** ``commit()`` saves, atomically (tmp + ``os.replace``), the position after the
+- **Positions.** ``commit()`` saves, atomically (``write_atomically``: an ``O_EXCL|O_NOFOLLOW``
+  temp file, fsync, ``os.replace``, fsync of the directory), the position after the
   last line ``poll()`` returned, for every file still being read, keyed by device/inode plus
   content marks: SHA-256 of the file's first 512 bytes and of the 512 bytes before that
   position (so a recreated file that reuses an inode, or a file rewritten by copytruncate,
   even with the same banner, is not mistaken for the old one). A restart resumes there:
   rotated files are found again by inode in the same directory (or the real file's, for a
-  symlink). The file holds hashes and offsets only, never log text (logs can contain prompts).
+  symlink). The file holds hashes and offsets only, never log text (logs can contain prompts),
+  plus the caller's ``checkpoint`` (counters), saved in the same write. A corrupt or empty
+  positions file is logged once and the current file is read from its start.
 
 Exactly once: every line is returned once, provided the caller commits after processing each
 batch; a batch returned but not committed before a crash is returned again after the restart.
 Known limits: bytes a writer appends between logrotate's copy and its truncate are lost by
-copytruncate itself; a rotated file moved to another directory or compressed before we read
-its end cannot be found again after a restart.
+copytruncate itself; two copytruncates between two polls (0.1 s apart while the log is busy)
+lose what was written between them; a rotated file moved to another directory, or compressed
+before we read its end, cannot be found again after a restart.
 """
 
 from __future__ import annotations
@@ -65,6 +70,10 @@ _CHUNK = 256 * 1024
 #: Keeps a ``--from-start`` over a multi-GB log from returning millions of lines at once.
 _MAX_BATCH_BYTES = 8 << 20
 _POSITIONS_VERSION = 1
+log = logging.getLogger("kvwatch")
+#: A rotated copy larger than this (compressed) is not decompressed to recover a tail: 1 GiB of
+#: gzip is roughly 10 GiB of log, more than any one rotation period should hold.
+_MAX_COMPRESSED_BYTES = 1 << 30
 
 
 @dataclass(slots=True)
@@ -193,9 +202,16 @@ class LogFollower:
         self._watch_note: str | None = None
         self._last_saved: str | None = None
         self._positions: Path | None = None
+        self._positions_corrupt = False
+        #: Set by the caller before ``commit()``: saved in the same atomic write as the positions,
+        #: so counters derived from the lines read so far resume exactly where reading resumes.
+        self.checkpoint: dict[str, Any] | None = None
+        #: The checkpoint saved with the positions this follower resumed from (None: none saved).
+        self.restored_checkpoint: dict[str, Any] | None = None
         if state_dir is not None:
             try:
-                Path(state_dir).mkdir(parents=True, exist_ok=True)
+                # 0700: the temp file and the positions live in a directory only we can write.
+                Path(state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError as exc:
                 raise UsageError(
                     f"cannot use --state-dir {state_dir}: {exc.strerror or exc}; pass a writable directory"
@@ -204,8 +220,13 @@ class LogFollower:
         saved = self._load_positions()
         if saved is not None:
             self._restore(saved)
-        elif not from_start:
+        elif not from_start and not self._positions_corrupt:
             self._open_current(at_end=True)
+        # A corrupt or empty positions file says kvwatch was here before but not where: reading
+        # the current file from its start loses nothing (it may re-read; starting at the end
+        # would silently drop what was written while kvwatch was down).
+        for note in self._counters.restore_notes:
+            log.warning("source: %s", note)
         self._start_observer()
         if saved is None:
             # Record where we start (the end of the file, by default) at once: a restart before
@@ -278,7 +299,7 @@ class LogFollower:
 
     def _commit(self, positions: Path) -> None:
         files = [*self._detached, *([self._current] if self._current is not None else [])]
-        doc = {
+        doc: dict[str, Any] = {
             "version": _POSITIONS_VERSION,
             "path": os.path.abspath(self.path),
             "files": [
@@ -294,13 +315,13 @@ class LogFollower:
                 for f in files
             ],
         }
+        if self.checkpoint is not None:
+            doc["checkpoint"] = self.checkpoint
         text = json.dumps(doc, sort_keys=True)
         if text == self._last_saved:
             return
-        tmp = positions.with_name(positions.name + ".tmp")
         try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, positions)
+            write_atomically(positions, text.encode("utf-8"))
         except OSError as exc:
             self._commit_error = f"cannot save log positions to {positions}: {exc.strerror or exc}"
             return
@@ -500,12 +521,38 @@ class LogFollower:
             if best is None or st.st_mtime > best[0]:
                 best = (st.st_mtime, entry.path)
         if best is None:
-            return None
+            # logrotate's "compress" without "delaycompress" gzips the copy right after the
+            # truncate and deletes it (logrotate.c: compressLogFile runs in the same rotation,
+            # unlinking the plain copy once the .gz is written), often before our next poll.
+            return self._find_compressed(marks, min_size)
         try:
             fd = os.open(best[1], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return None
         return fd, os.fstat(fd)
+
+    def _find_compressed(self, marks: _Open, min_size: int) -> tuple[int, os.stat_result] | None:
+        """The copy, gzipped: its unread part decompressed into a private sparse file, same offsets.
+
+        Only the head (for the fingerprint), the remembered tail and what follows ``min_size``
+        (our offset) are written, each at its own offset, so the bytes already read cost no disk
+        and the file is read like any other detached file. Its identity is the temporary file's,
+        so a restart cannot find it again (the compressed copy is then lost past the restart;
+        docs/deploy.md says so).
+        """
+        candidates = []
+        for entry in self._siblings():
+            if not entry.name.endswith(".gz"):
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_size <= _MAX_COMPRESSED_BYTES:
+                    candidates.append((st.st_mtime, entry.path))
+        for _, name in sorted(candidates, reverse=True):  # the newest copy is the likeliest
+            found = _decompress_tail(name, marks, min_size)
+            if found is not None:
+                return found
+        return None
 
     def _siblings(self) -> list[os.DirEntry[str]]:
         """Files next to the log whose names share its stem: where logrotate puts rotated copies.
@@ -594,11 +641,15 @@ class LogFollower:
         if self._positions is None:
             return None
         try:
-            text = self._positions.read_text(encoding="utf-8")
+            text = _read_no_follow(self._positions)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            self._counters.restore_notes.append(f"cannot read {self._positions}: {exc.strerror or exc}")
+            self._positions_corrupt = True
+            self._counters.restore_notes.append(
+                f"cannot read positions file {self._positions} ({exc.strerror or exc}); "
+                f"reading {self.path} from its start"
+            )
             return None
         try:
             doc = json.loads(text)
@@ -616,12 +667,18 @@ class LogFollower:
                 )
                 for e in doc["files"]
             ]
+            checkpoint = doc.get("checkpoint")
+            if checkpoint is not None and not isinstance(checkpoint, dict):
+                raise ValueError("checkpoint is not an object")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self._positions_corrupt = True
+            reason = "empty" if not text.strip() else str(exc)[:100]
             self._counters.restore_notes.append(
-                f"ignored unreadable positions file {self._positions} ({exc}); starting as if new"
+                f"ignored unreadable positions file {self._positions} ({reason}); reading {self.path} from its start"
             )
             return None
         self._last_saved = text
+        self.restored_checkpoint = checkpoint
         return saved
 
     def _restore(self, saved: list[_Saved]) -> None:
@@ -745,6 +802,105 @@ class LogFollower:
             with contextlib.suppress(Exception):  # already gone with its directory
                 self._observer.unschedule(watch)
         self._watches.clear()
+
+
+def _private_file() -> int:
+    """A descriptor of an anonymous, sparse, private file: memfd (Linux; needs no writable
+    directory, e.g. a read-only root filesystem), else an unlinked mkstemp file (O_EXCL, 0600).
+    Only our descriptor holds it, so nothing is left behind by a crash."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        with contextlib.suppress(OSError):
+            return int(memfd_create("kvwatch-gz", getattr(os, "MFD_CLOEXEC", 0)))
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="kvwatch-gz-")
+    os.unlink(tmp)
+    return fd
+
+
+def _decompress_tail(name: str, marks: _Open, min_size: int) -> tuple[int, os.stat_result] | None:
+    """Decompress ``name`` if it starts and continues like ``marks``; see ``_find_compressed``."""
+    import gzip
+    import zlib
+
+    head_end = marks.fp_len
+    tail_start = marks.tail_end - marks.tail_len if marks.tail_len else min_size
+    keep_from = min(tail_start, min_size)
+    fd = -1
+    try:
+        with gzip.open(name, "rb") as gz:
+            head = gz.read(head_end)
+            if _hash(head) != marks.fp_hash:
+                return None  # another rotation's copy: its first bytes differ
+            fd = _private_file()
+            os.pwrite(fd, head, 0)
+            pos = len(head)
+            while True:
+                chunk = gz.read(_CHUNK)
+                if not chunk:
+                    break
+                end = pos + len(chunk)
+                if end > keep_from:
+                    start = max(pos, keep_from)
+                    os.pwrite(fd, chunk[start - pos :], start)
+                pos = end
+        if pos < min_size:
+            os.close(fd)
+            return None
+        os.ftruncate(fd, pos)
+        st = os.fstat(fd)
+        probe = _Open(fd, st.st_dev, st.st_ino, 0, LineSplitter(), 0.0, marks.fp_len, marks.fp_hash)
+        probe.tail_len, probe.tail_hash, probe.tail_end = marks.tail_len, marks.tail_hash, marks.tail_end
+        if not _same_content(fd, probe):
+            os.close(fd)
+            return None
+        return fd, st
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        # Being written (logrotate's gzip still running) or damaged: not the copy we can use.
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return None
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content, never a mix.
+
+    The temporary file is created ``O_EXCL | O_NOFOLLOW``: a symlink (or anything) planted at
+    its predictable name is removed as a name and never written through. The data is fsynced
+    before the rename and the directory after it, so a power loss cannot leave an empty file.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except FileExistsError:
+        # Left by a crash between create and rename, or planted: unlink removes the name itself
+        # (a symlink, not its target), then O_EXCL makes sure we create the file we write.
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
+        dfd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _read_no_follow(path: Path) -> str:
+    """A small state file's text, refusing a symlink in its place (ELOOP) rather than following it."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(16 << 20).decode("utf-8", errors="replace")
 
 
 def _mark_tail(f: _Open) -> None:

@@ -22,7 +22,7 @@ import requests
 import yaml
 
 from tests.conftest import require_binary
-from tests.test_analyze import run
+from tests.helpers import run
 
 from .load import ClosedLoopLoad, LoadConfig
 from .server import StartedProcess, VllmServer, free_port, start_process, stop_process_tree, wait_for_http_ok
