@@ -1,6 +1,6 @@
 """vLLM's start-up memory profile predicted from config.json and the GPU, per vLLM version.
 
-What vLLM does (the same shape in every release read: 0.6.3, 0.8.5, 0.10.1, 0.11.0, 0.32.0):
+What vLLM does (the same shape in every release read: 0.6.3, 0.8.5, 0.10.1, 0.11.0, 0.15.0-0.19.0, 0.32.0):
 
     KV memory = total GPU memory x gpu_memory_utilization
                 - weights - PyTorch activation peak of a profile run - non-torch memory
