@@ -33,12 +33,14 @@ from kvwatch.reconcile.memory_profile import (
     CUDA_GRAPH_ESTIMATE,
     GIB,
     MemoryProfile,
+    moe_workspace_bytes,
     predict_memory,
+    sampler_peak_bytes,
     scheduler_defaults,
 )
 from kvwatch.reconcile.model_config import raw_config
 from kvwatch.reconcile.startup import StartVerdict, explain_failed_start, foretell_start
-from kvwatch.reconcile.weights import estimate_weights, quant_scheme
+from kvwatch.reconcile.weights import estimate_weights, model_shape, quant_scheme
 
 STARTUPS = Path(__file__).resolve().parent / "fixtures" / "startups"
 CASES: list[dict[str, Any]] = json.loads((STARTUPS / "cases.json").read_text(encoding="utf-8"))["cases"]
@@ -442,6 +444,46 @@ def test_tensor_parallel_adds_nccl_buffers_on_nvlink_class_gpus_only() -> None:
 def test_the_sampler_grows_with_max_num_seqs_and_the_vocabulary() -> None:
     case = SIZED[0]
     assert _predict(case, max_num_seqs=2048).activation_bytes > _predict(case, max_num_seqs=256).activation_bytes
+
+
+def test_the_v1_sampler_holds_what_each_release_keeps_alive() -> None:
+    """0.11: bf16 + float32 logits + torch.sort values/indices, softmax, masks, scatter (28 B for
+    bf16); 0.17+: bf16 + float32 logits, probs, exponentials (14 B) + the Triton per-SM buffer."""
+    shape = model_shape(_config(next(c for c in CASES if c["id"] == "gemma-2-2b-it-h100")))
+    vocab = 256000
+    assert sampler_peak_bytes(shape, 1024, 2, "v1", (0, 11, 0)) == 1024 * vocab * 28
+    assert sampler_peak_bytes(shape, 1024, 2, "v1", (0, 19, 0)) == 1024 * vocab * 14 + 132 * vocab * 4
+    assert sampler_peak_bytes(shape, 256, 2, "v0", (0, 6, 4)) == 256 * vocab * 2
+
+
+def test_the_fused_moe_workspace_outlives_the_forward_from_0_15_only() -> None:
+    case = next(c for c in CASES if c["id"] == "qwen3-30b-a3b-moe-h100")
+    shape = model_shape(_config(case))
+    # TritonExperts.workspace_shapes: max(M*topk*max(I, H), M*H) + M*topk*max(2I, H), bf16
+    assert moe_workspace_bytes(shape, 8192, 1, 2) == (8192 * 8 * 2048 + 8192 * 8 * 2048) * 2
+    new = _predict(case)
+    assert any("fused-MoE workspace" in r.source for r in new.rows if r.name == "activation.sampler")
+    old = predict_memory(_config(case), gpu_total_bytes=int(79.19 * GIB), utilization=0.95, vllm_version="0.11.0")
+    assert not any("fused-MoE workspace" in r.source for r in old.rows)
+
+
+def test_gpt_oss_120b_on_one_h100_at_1024_tokens_does_not_start_as_vllm_0_11_refused() -> None:
+    """vllm#27508: --gpu-memory-utilization 0.95 --max-num-batched-tokens 1024 printed 1.71 GiB
+    and refused 131072 tokens; the sampler (1,024 rows x 201,088 logits through torch.sort) is most
+    of the activation. kvwatch's pool is ~2 GiB larger (torch.sort's scratch), the verdict the same."""
+    raw = _config({"config": "configs/gpt-oss-120b.json"})
+    profile = predict_memory(
+        raw,
+        gpu_total_bytes=int(79.19 * GIB),
+        utilization=0.95,
+        max_model_len=131072,
+        max_num_batched_tokens=1024,
+        vllm_version="0.11.0",
+    )
+    assert profile.activation_bytes > 5 * GIB
+    arch = from_config(raw, name="openai/gpt-oss-120b", source="gpt-oss-120b.json")
+    layout = kv_layout(arch, tp=1, pp=1, legacy=legacy_allocator("0.11.0"))
+    assert not foretell_start(profile, layout, 131072, model_max_len=arch.max_position_embeddings).ok
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """vLLM's start-up memory profile predicted from config.json and the GPU, per vLLM version.
 
-What vLLM does (the same shape in every release read: 0.6.3, 0.8.5, 0.10.1, 0.11.0, 0.32.0):
+What vLLM does (the same shape in every release read: 0.6.3, 0.8.5, 0.10.1, 0.11.0, 0.15.0-0.19.0, 0.32.0):
 
     KV memory = total GPU memory x gpu_memory_utilization
                 - weights - PyTorch activation peak of a profile run - non-torch memory
@@ -68,7 +68,10 @@ FUSED_MOE_CHUNK = 32768
 #   PyTorch path ``apply_top_k_top_p``: at its final ``logits_sort.scatter(...)`` the sorted float32
 #   values (4), int64 indices (8), the top-p softmax/cumsum (4), the two bool masks (1 + 1) and the
 #   scattered result (4) are alive: 22 B on top of the two logits tensors. torch.sort's own scratch
-#   is not counted.
+#   is not counted. Where FlashInfer is installed (vLLM's Docker images) 0.8-0.14 take it by default
+#   instead: flashinfer.sampling.top_k_top_p_sampling_from_logits keeps a masked float32 copy and
+#   its softmax (8 B on top), 14 B/element less; flashinfer#1180 shows that A/B on one start (4.00
+#   vs 2.49 GiB of KV). kvwatch follows the pip install (no FlashInfer before it became a dependency).
 # * 0.17+ (0.17.0, 0.19.0, 0.32.0 ``apply_top_k_top_p``: ``apply_top_k_top_p_triton`` for >= 8 rows)
 #   the mask is applied in place in the float32 logits; then ``forward_native``'s float32 softmax
 #   ``probs`` (4) and ``random_sample``'s ``q = torch.empty_like(probs)`` (4): 8 B on top, plus the
