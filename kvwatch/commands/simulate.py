@@ -212,8 +212,10 @@ def _apply_flags(
     shared: int | None,
     duration: float | None,
 ) -> Workload:
+    # An open-loop run's replay sends its own count of requests (the client's --num-prompts); a
+    # closed loop of users, or an explicit duration, sends for a time instead.
     if users is not None:
-        wl = replace(wl, kind="closed", users=users, rate_per_s=None)
+        wl = replace(wl, kind="closed", users=users, rate_per_s=None, max_requests=None)
     if rate is not None:
         wl = replace(wl, kind="open", rate_per_s=rate, users=None)
     if prompt is not None:
@@ -223,7 +225,7 @@ def _apply_flags(
     if shared is not None:
         wl = replace(wl, shared_prefix_tokens=shared)
     if duration is not None:
-        wl = replace(wl, duration_s=duration)
+        wl = replace(wl, duration_s=duration, max_requests=None)
     if wl.shared_prefix_tokens > wl.prompt_tokens:
         raise UsageError(
             f"--shared-prefix-tokens {wl.shared_prefix_tokens:,} is longer than the prompt ({wl.prompt_tokens:,}); "
