@@ -121,3 +121,15 @@ def test_simulate_reads_an_open_loop_and_replays_it_within_tolerance(capsys: pyt
     assert abs(sim["mean_waiting"] - obs["mean_waiting"]) <= 1.0
     assert abs(sim["drain_end_s"] - obs["drain_end_s"]) <= 0.05 * obs["drain_end_s"]
     # Not asserted: preemptions (simulated 0 against the real 2; README "What kvwatch gets wrong").
+
+
+def test_the_levers_are_sized_on_the_requests_the_histograms_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    # Not on one stats record's pool x usage / running (6,676 tokens here): every request's prompt
+    # and generation are in the histograms, so the what-ifs use their exact means (the p95s are
+    # beyond the buckets), as the summary's "6.0 requests of 6,804 tokens" does.
+    doc = _doc([LOG, *SCRAPES], capsys)
+    basis = {"prompt_tokens": round(PROMPT_SUM / FINISHED), "output_tokens": round(GEN_SUM / FINISHED)}
+    assert doc["whatif_basis"] == {**basis, "source": "metrics"}
+    fp8 = {r["lever"]: r for r in doc["diagnosis"]["levers"]}["fp8_kv_cache"]
+    assert fp8["basis_request"] == {**basis, "shared_prefix_tokens": 0, "source": "metrics"}
+    assert fp8["max_concurrency"] == pytest.approx(2 * 40960 / (6001 + 803), abs=0.01)
