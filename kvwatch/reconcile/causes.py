@@ -366,7 +366,10 @@ class Case:
         version = self.version()
         # V1 0.11.1+ prints "Preemptions: N" for an interval with N > 0 (v1/metrics/loggers.py), but its
         # absence proves nothing: the real 0.32 CPU seed run preempted 14 requests (its counter) and
-        # its log has no such part. Only a stated count is a count.
+        # its log has no such part, nor has the open-loop run's (2 by the counter). The reason is in
+        # vLLM 0.32.0 itself: LoggingStatLogger.log() calls _update_stats(), whose _reset() zeroes
+        # num_preemptions before the `if self.num_preemptions > 0` that would print it, so the part
+        # never appears. Only a stated count is a count.
         if self.progress.preemption_field_seen:
             return int(from_stats or 0), "log", True
         if self.progress.v0_stats and version is not None and (0, 4, 3) <= version < (0, 11):
