@@ -112,6 +112,7 @@ def test_simulate_reads_an_open_loop_and_replays_it_within_tolerance(capsys: pyt
     assert w["users"] is None
     assert abs(w["rate_per_s"] - 1.0) <= 0.1  # the client's --request-rate 1 (60 sent in 59.2 s)
     assert (w["prompt_tokens"], w["output_tokens"], w["shared_prefix_tokens"]) == (6001, 803, 0)
+    assert w["requests"] == FINISHED  # the client's --num-prompts: a count, not a time, bounds the load
     obs, sim = doc["calibration"]["observed"], doc["calibration"]["simulated"]
     assert (obs["requests_sent"], obs["preemptions"], obs["max_running"]) == (FINISHED, PREEMPTIONS, 6)
     assert (obs["mean_waiting"], obs["mean_running"]) == (SCRAPE_WAITING_MEAN, SCRAPE_RUNNING_MEAN)
@@ -133,3 +134,23 @@ def test_the_levers_are_sized_on_the_requests_the_histograms_measured(capsys: py
     fp8 = {r["lever"]: r for r in doc["diagnosis"]["levers"]}["fp8_kv_cache"]
     assert fp8["basis_request"] == {**basis, "shared_prefix_tokens": 0, "source": "metrics"}
     assert fp8["max_concurrency"] == pytest.approx(2 * 40960 / (6001 + 803), abs=0.01)
+
+
+def test_the_scrapes_alone_summarise_the_episodes_queue_too(capsys: pytest.CaptureFixture[str]) -> None:
+    # The scrapes' memory-bound episode: from the first scrape at >= 90 % KV usage with requests
+    # waiting (metrics-03, 97.2 %) to the last with any waiting (metrics-17): 15 scrapes, 292 waiting.
+    waiting, kv = [], []
+    for p in SCRAPES:
+        text = p.read_text()
+        w = re.search(r"^vllm:num_requests_waiting\{[^}]*\} (\S+)$", text, re.M)
+        k = re.search(r"^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$", text, re.M)
+        assert w
+        assert k
+        waiting.append(float(w[1]))
+        kv.append(float(k[1]))
+    first = next(i for i, (w, k) in enumerate(zip(waiting, kv, strict=True)) if w > 0 and k >= 0.9)
+    episode = [w for w in waiting[first:] if w > 0]
+    assert (len(episode), sum(episode), max(episode)) == (15, 292, WAITING_PEAK)
+    summary = _doc(SCRAPES, capsys)["diagnosis"]["summary"]
+    assert summary.startswith(f"memory-bound: up to {WAITING_PEAK} waiting (mean {292 / 15:.1f} over 15 scrapes)")
+    assert f"{PREEMPTIONS} of {FINISHED} requests were preempted" in summary

@@ -407,6 +407,7 @@ def _build(
             "output_tokens": workload.output_tokens,
             "shared_prefix_tokens": workload.shared_prefix_tokens,
             "duration_s": round(workload.duration_s, 1),
+            "requests": workload.max_requests,  # a count-bounded load (an open-loop run's own count), or null
             "source": "evidence" if cal is not None and workload == base else ("evidence+flags" if cal else "flags"),
         },
         "calibration": calibration,
@@ -474,7 +475,8 @@ def render_text(doc: dict[str, Any]) -> str:
         f"max_num_seqs {e['max_num_seqs']}, {e['max_num_batched_tokens']:,} batched tokens, "
         f"prefix caching {'on' if e['prefix_caching'] else 'off'}",
         f"workload: {who}, {w['prompt_tokens']:,} prompt + {w['output_tokens']:,} output tokens "
-        f"({w['shared_prefix_tokens']:,} shared), {w['duration_s']:g} s of load",
+        f"({w['shared_prefix_tokens']:,} shared), "
+        + (f"{w['requests']:,} requests" if w.get("requests") else f"{w['duration_s']:g} s of load"),
     ]
     cal = doc.get("calibration")
     if cal:
