@@ -212,8 +212,10 @@ def _apply_flags(
     shared: int | None,
     duration: float | None,
 ) -> Workload:
+    # An open-loop run's replay sends its own count of requests (the client's --num-prompts); a
+    # closed loop of users, or an explicit duration, sends for a time instead.
     if users is not None:
-        wl = replace(wl, kind="closed", users=users, rate_per_s=None)
+        wl = replace(wl, kind="closed", users=users, rate_per_s=None, max_requests=None)
     if rate is not None:
         wl = replace(wl, kind="open", rate_per_s=rate, users=None)
     if prompt is not None:
@@ -223,7 +225,7 @@ def _apply_flags(
     if shared is not None:
         wl = replace(wl, shared_prefix_tokens=shared)
     if duration is not None:
-        wl = replace(wl, duration_s=duration)
+        wl = replace(wl, duration_s=duration, max_requests=None)
     if wl.shared_prefix_tokens > wl.prompt_tokens:
         raise UsageError(
             f"--shared-prefix-tokens {wl.shared_prefix_tokens:,} is longer than the prompt ({wl.prompt_tokens:,}); "
@@ -405,6 +407,7 @@ def _build(
             "output_tokens": workload.output_tokens,
             "shared_prefix_tokens": workload.shared_prefix_tokens,
             "duration_s": round(workload.duration_s, 1),
+            "requests": workload.max_requests,  # a count-bounded load (an open-loop run's own count), or null
             "source": "evidence" if cal is not None and workload == base else ("evidence+flags" if cal else "flags"),
         },
         "calibration": calibration,
@@ -472,7 +475,8 @@ def render_text(doc: dict[str, Any]) -> str:
         f"max_num_seqs {e['max_num_seqs']}, {e['max_num_batched_tokens']:,} batched tokens, "
         f"prefix caching {'on' if e['prefix_caching'] else 'off'}",
         f"workload: {who}, {w['prompt_tokens']:,} prompt + {w['output_tokens']:,} output tokens "
-        f"({w['shared_prefix_tokens']:,} shared), {w['duration_s']:g} s of load",
+        f"({w['shared_prefix_tokens']:,} shared), "
+        + (f"{w['requests']:,} requests" if w.get("requests") else f"{w['duration_s']:g} s of load"),
     ]
     cal = doc.get("calibration")
     if cal:

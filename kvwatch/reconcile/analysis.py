@@ -597,10 +597,37 @@ class Analysis:
         sized = doc
         tokens, _ = case.request_tokens(p95=True)
         stated = doc.get("requests")
+        measured = _histogram_basis(stated)
+        if measured is not None:
+            # The histograms measured every request; the log's basis is one stats record's pool x
+            # usage / running (on the open-loop fixture 6,676 tokens where the requests held 6,804).
+            doc["whatif_basis"] = sized["whatif_basis"] = measured
         if tokens and not (isinstance(stated, dict) and "p95_tokens" in stated):
             sized = {**doc, "requests": {**(doc.get("requests") or {}), "p95_tokens": round(tokens)}}
         levers = levers_hook(sized, model)  # always: an unresolvable --model is the user's error
         doc["diagnosis"] = diagnose(case, lambda: levers)
+
+
+def _histogram_basis(requests: Any) -> dict[str, Any] | None:
+    """The what-if request from vLLM's request histograms (the sidecar's rule,
+    expectation.request_from_histograms: prompt and generation p95), else their exact means where
+    a p95 is beyond the buckets (all mass above vLLM's last finite bucket); None without them."""
+    from kvwatch.reconcile.expectation import request_from_histograms  # local: see levers_hook
+
+    if not isinstance(requests, dict):
+        return None
+    shape = None
+    parts = [requests.get(k) or {} for k in ("prompt_tokens", "generation_tokens")]
+    p95s = [part.get("p95") for part in parts]
+    if all(isinstance(v, int | float) for v in p95s):
+        shape = request_from_histograms(p95s[0], p95s[1])
+    else:
+        means = [part.get("mean") for part in parts]
+        if all(isinstance(v, int | float) for v in means):
+            shape = request_from_histograms(means[0], means[1])
+    if shape is None:
+        return None
+    return {"prompt_tokens": shape.prompt_tokens, "output_tokens": shape.output_tokens, "source": "metrics"}
 
 
 def analyze_paths(

@@ -366,7 +366,10 @@ class Case:
         version = self.version()
         # V1 0.11.1+ prints "Preemptions: N" for an interval with N > 0 (v1/metrics/loggers.py), but its
         # absence proves nothing: the real 0.32 CPU seed run preempted 14 requests (its counter) and
-        # its log has no such part. Only a stated count is a count.
+        # its log has no such part, nor has the open-loop run's (2 by the counter). The reason is in
+        # vLLM 0.32.0 itself: LoggingStatLogger.log() calls _update_stats(), whose _reset() zeroes
+        # num_preemptions before the `if self.num_preemptions > 0` that would print it, so the part
+        # never appears. Only a stated count is a count.
         if self.progress.preemption_field_seen:
             return int(from_stats or 0), "log", True
         if self.progress.v0_stats and version is not None and (0, 4, 3) <= version < (0, 11):
@@ -748,6 +751,16 @@ def _engine_hang(case: Case) -> Match | None:
     )
 
 
+def _longest_metrics_episode(case: Case) -> Mapping[str, Any] | None:
+    """The metrics' memory-bound episode with the most samples (its peak and mean queue), or None."""
+    eps = case.section("saturation", "metrics_episodes")
+    if not isinstance(eps, list):
+        return None
+    keys = ("peak_waiting", "mean_waiting", "samples", "peak_kv_usage_pct")
+    usable = [e for e in eps if isinstance(e, Mapping) and all(isinstance(e.get(k), int | float) for k in keys)]
+    return max(usable, key=lambda e: (e["samples"], e["peak_waiting"])) if usable else None
+
+
 def _kv_pool_too_small(case: Case) -> Match | None:
     # CONTRACTS "Saturation": waiting > 0, running < max_num_seqs and KV usage peaked >= 0.9 in W.
     if case.saturation != "memory_bound":
@@ -767,6 +780,18 @@ def _kv_pool_too_small(case: Case) -> Match | None:
             _ev("peak waiting while memory-bound", p.mb_waiting_peak),
             _ev("mean waiting while memory-bound", round(mean_waiting, 2)),
             _ev("peak KV usage %", kv),
+        ]
+    elif ep := _longest_metrics_episode(case):
+        # No log records: the scrapes' own episode (evidence.py, judged by the same definition) has
+        # the queue's peak and mean over its samples; never one sample's queue.
+        text = (
+            f"memory-bound: up to {ep['peak_waiting']:,} waiting (mean {ep['mean_waiting']:.1f} over "
+            f"{ep['samples']} scrapes) at up to {ep['peak_kv_usage_pct']:.1f} % KV usage"
+        )
+        ev += [
+            _ev("peak waiting while memory-bound", ep["peak_waiting"], source="metrics"),
+            _ev("mean waiting while memory-bound", ep["mean_waiting"], source="metrics"),
+            _ev("peak KV usage %", ep["peak_kv_usage_pct"], source="metrics"),
         ]
     else:
         text = "memory-bound: requests waited while the KV cache was full"

@@ -197,23 +197,48 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
 
     arrivals = [(p.t, a) for p in points if (a := _arrivals(p)) is not None]
     total = arrivals[-1][1] if arrivals else d_count
-    # The load ended after the last scrape that had not seen every arrival yet.
-    load_end = points[-1].t
-    for (t0, a0), (_t1, a1) in itertools.pairwise(arrivals):
-        if a0 < total <= a1:
-            load_end = t0
-            break
-    # In a closed loop running + waiting never exceeds the users and reaches them whenever no answer
-    # is on its way back, so the most seen while a queue existed (before the load ended) is the count.
+    load_end, complete_at = _load_end(points)
+    # In a closed loop each user has one request out at a time, so running + waiting never exceeds
+    # the users, and while requests wait it stays there: an answer's user sends again at once (only
+    # the answers on their way back are missing). An open loop's arrivals do not wait for answers
+    # (vllm bench serve draws Poisson gaps up front: benchmarks/serve.py get_request), so the count
+    # climbs while they outpace the engine and falls when they don't. A steady count is a closed loop.
     queued = [p.running + p.waiting for p in points if p.waiting >= 1 and p.t <= load_end]
-    if len(queued) >= 2:
+    if len(queued) >= 2 and max(queued) - min(queued) <= max(2.0, 0.1 * max(queued)):
         users = round(max(queued))
-        why.append(f"closed loop of {users} users = most running + waiting while requests waited")
+        why.append(f"closed loop of {users} users = most running + waiting while requests waited (steady)")
         why.append(f"no new request after {load_end:.0f} s = last scrape before arrivals stopped growing")
         return Workload("closed", users, None, prompt, output, shared, load_end), why
-    rate = total / load_end if load_end > 0 else 0.0
-    why.append(f"open loop at {rate:.3g} req/s = arrivals / {load_end:.0f} s (no queue seen)")
-    return Workload("open", None, rate, prompt, output, shared, load_end), why
+    # Open: the first arrival came between the last scrape that saw none and the next, the last one
+    # between load_end and the scrape that saw them all; midpoints of both gaps bound the sending.
+    base = arrivals[0][1] if arrivals else 0.0
+    start = 0.0
+    for (t0, a0), (t1, a1) in itertools.pairwise(arrivals):
+        if a0 <= base < a1:
+            start = (t0 + t1) / 2
+            break
+    end = (load_end + complete_at) / 2 if complete_at > load_end else load_end
+    sent = round(total - base)
+    rate = sent / (end - start) if end > start else 0.0
+    seen = f"the count in the engine ranged {min(queued):.0f}-{max(queued):.0f}" if queued else "no queue seen"
+    why.append(f"open loop at {rate:.3g} req/s = {sent} arrivals over {start:.0f}-{end:.0f} s ({seen})")
+    # An open-loop client sends a number of requests (vllm bench serve --num-prompts), not for a
+    # time: the replay sends the run's count at the rate, however long its Poisson draw takes.
+    why.append(f"{sent} requests in all = the arrivals the scrapes saw")
+    last = points[-1].t
+    return Workload("open", None, rate, prompt, output, shared, last, max_requests=sent or None, start_s=start), why
+
+
+def _load_end(points: Sequence[EvidencePoint]) -> tuple[float, float]:
+    """(the last scrape that had not seen every arrival yet, the first that had): the load ended between."""
+    arrivals = [(p.t, a) for p in points if (a := _arrivals(p)) is not None]
+    if not arrivals:
+        return points[-1].t, points[-1].t
+    total = arrivals[-1][1]
+    for (t0, a0), (t1, a1) in itertools.pairwise(arrivals):
+        if a0 < total <= a1:
+            return t0, t1
+    return points[-1].t, points[-1].t
 
 
 def _solve(rows: list[list[float]], ys: list[float], cols: tuple[int, ...]) -> list[float] | None:
@@ -363,7 +388,7 @@ def calibrate(
     engine = engine_from_facts(doc, pool_tokens)
     workload, why = workload_from_points(pts, engine)
     step, how = step_time_from_points(pts, engine)
-    observed = observed_from_points(pts, workload.duration_s)
+    observed = observed_from_points(pts, _load_end(pts)[0])
     drain = observed.drain_end_s
     if drain:
         for _ in range(2):

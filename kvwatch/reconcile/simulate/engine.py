@@ -57,7 +57,8 @@ class EngineConfig:
 @dataclass(frozen=True, slots=True)
 class Workload:
     """Who sends what: a closed loop of ``users`` (each sends again as soon as an answer returns) or
-    an open loop at ``rate_per_s`` (Poisson); no new request after ``duration_s``."""
+    an open loop at ``rate_per_s`` (Poisson) from ``start_s``; no new request after ``duration_s``
+    (both seconds on the evidence's clock)."""
 
     kind: str  # "closed" | "open"
     users: int | None
@@ -67,6 +68,7 @@ class Workload:
     shared_prefix_tokens: int
     duration_s: float
     max_requests: int | None = None
+    start_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,12 +251,12 @@ def simulate(
 
     if workload.kind == "closed":
         for _ in range(workload.users or 0):
-            if can_send(0.0):
-                send(0.0)
+            if can_send(workload.start_s):
+                send(workload.start_s)
     else:
         rate = workload.rate_per_s or 0.0
         if rate > 0:
-            t0 = rng.expovariate(rate)
+            t0 = workload.start_s + rng.expovariate(rate)
             if can_send(t0):
                 send(t0)
 
