@@ -53,6 +53,10 @@ COMMIT_INTERVAL_SECONDS = 1.0
 #: The what-ifs are simulated at most this often: each recompute costs a simulation per lever
 #: (benchmarks/whatif_cost.py), and a minute is finer than a window of 10 minutes changes.
 WHATIF_INTERVAL_SECONDS = 60.0
+#: The share of one core the what-ifs may take: after a recompute that cost C CPU seconds the
+#: next waits at least C / WHATIF_CPU_SHARE (a big server's window stretches the interval
+#: rather than the sidecar's footprint).
+WHATIF_CPU_SHARE = 0.05
 
 WhatifFunction = Callable[["ServerFacts", "tuple[EvidencePoint, ...]"], "tuple[WhatifOutcome, ...]"]
 """The server's facts and one engine's window of evidence -> its simulated what-ifs."""
@@ -109,6 +113,7 @@ class Sidecar:
         web_config: WebConfig | None = None,
         whatif: WhatifFunction | None = None,
         whatif_interval: float = WHATIF_INTERVAL_SECONDS,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.state = state
         self.parser = parser
@@ -130,6 +135,9 @@ class Sidecar:
         self.whatif = whatif
         self.whatif_interval = whatif_interval
         self._whatif_at: float | None = None
+        self._whatif_gap = whatif_interval  # the interval, stretched by the last recompute's CPU cost
+        self.cpu_clock = cpu_clock
+        self.whatif_cpu_seconds: float | None = None  # the last recompute's CPU cost (this thread)
         if whatif is not None:
             state.whatif_errors = 0.0
         self._threads: list[threading.Thread] = []
@@ -211,7 +219,10 @@ class Sidecar:
             release_memory()
 
     def recompute_whatif_once(self) -> bool:
-        """Simulate each engine's what-ifs from its window; False if the last was under an interval ago.
+        """Simulate each engine's what-ifs from its window; False if the last was too recent.
+
+        "Too recent": under ``whatif_interval`` ago, or under the last recompute's CPU cost divided
+        by WHATIF_CPU_SHARE.
 
         Never raises: evidence that cannot calibrate leaves the gauges absent; any other error is
         one line in kvwatch's log and one count in kvwatch_whatif_errors_total, and the gauges go
@@ -220,9 +231,10 @@ class Sidecar:
         if self.whatif is None:
             return False
         now = self.clock()
-        if self._whatif_at is not None and 0 <= now - self._whatif_at < self.whatif_interval:
+        if self._whatif_at is not None and 0 <= now - self._whatif_at < self._whatif_gap:
             return False
         self._whatif_at = now
+        cpu_started = self.cpu_clock()
         with self.lock:
             inputs = self.state.whatif_inputs()
         results: list[tuple[str, tuple[tuple[str, float, float | None], ...]]] = []
@@ -244,6 +256,9 @@ class Sidecar:
             for engine, outcome in results:
                 self.state.set_whatif(engine, outcome)
             self.state.whatif_errors = (self.state.whatif_errors or 0.0) + failed
+        cost = max(0.0, self.cpu_clock() - cpu_started)
+        self.whatif_cpu_seconds = cost
+        self._whatif_gap = max(self.whatif_interval, cost / WHATIF_CPU_SHARE)
         return True
 
     # ------------------------------------------------------------------ threads
@@ -267,6 +282,7 @@ class Sidecar:
             self.stopping.wait(max(0.0, delay - (time.monotonic() - started)))
 
     def _whatif_loop(self) -> None:
+        # Wakes every interval; recompute_whatif_once itself skips a turn the CPU budget has not earned.
         while not self.stopping.wait(self.whatif_interval):
             try:
                 self.recompute_whatif_once()

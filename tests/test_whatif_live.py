@@ -183,6 +183,26 @@ def test_recomputes_at_most_once_a_minute() -> None:
         sidecar.server.close()
 
 
+def test_a_costly_recompute_stretches_the_interval_to_keep_the_cpu_budget() -> None:
+    cpu = Clock(0.0)
+
+    def costly(facts: ServerFacts, points: tuple[EvidencePoint, ...]) -> tuple[WhatifOutcome, ...]:
+        cpu.now += 6.0  # six CPU seconds: at 5 % of a core the next may run 120 s later
+        return ()
+
+    sidecar, clock = _live(_scrapes(["metrics-01.prom", "metrics-02.prom"]), costly, log=False)
+    sidecar.cpu_clock = cpu
+    try:
+        assert sidecar.recompute_whatif_once()
+        assert sidecar.whatif_cpu_seconds == 6.0
+        clock.now += 119.0
+        assert not sidecar.recompute_whatif_once()
+        clock.now += 1.0
+        assert sidecar.recompute_whatif_once()
+    finally:
+        sidecar.server.close()
+
+
 def test_the_recompute_runs_without_the_state_lock() -> None:
     held: list[bool] = []
 

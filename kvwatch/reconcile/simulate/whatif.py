@@ -24,10 +24,12 @@ from kvwatch.reconcile.simulate.calibrate import EvidencePoint, calibrate
 from kvwatch.reconcile.simulate.rules import rules_for
 from kvwatch.reconcile.simulate.scenarios import fits, lever_scenarios, run
 
-#: The longest load simulated: a 10-minute window would cost twice the CPU for the same means.
-MAX_LOAD_SECONDS = 600.0
+#: The longest load simulated (the window's last 5 minutes of arrivals): a 256-sequence server
+#: steps ~20,000 times a simulated minute-and-a-bit, so a 10-minute window cost twice the CPU for
+#: means that a 5-minute one already settles (benchmarks/whatif_cost.py).
+MAX_LOAD_SECONDS = 300.0
 #: No scenario simulates past this (a lever that livelocks, a queue that never drains).
-MAX_SIM_SECONDS = 1200.0
+MAX_SIM_SECONDS = 900.0
 
 
 @dataclass(frozen=True, slots=True)
