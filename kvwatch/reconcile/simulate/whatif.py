@@ -22,7 +22,7 @@ from kvwatch.errors import UnusableInput
 from kvwatch.reconcile.facts import ServerFacts
 from kvwatch.reconcile.simulate.calibrate import EvidencePoint, calibrate
 from kvwatch.reconcile.simulate.rules import rules_for
-from kvwatch.reconcile.simulate.scenarios import fits, lever_scenarios, run
+from kvwatch.reconcile.simulate.scenarios import Scenario, fits, lever_scenarios, run
 
 #: The longest load simulated (the window's last 5 minutes of arrivals): a 256-sequence server
 #: steps ~20,000 times a simulated minute-and-a-bit, so a 10-minute window cost twice the CPU for
@@ -65,6 +65,52 @@ def rebased(points: Sequence[EvidencePoint]) -> list[EvidencePoint]:
     return [replace(p, t=p.t - t0) for p in pts]
 
 
+def _scenarios(
+    doc: Mapping[str, Any],
+    points: Sequence[EvidencePoint],
+    arch: Any,
+    rows: Sequence[Mapping[str, Any]] | None,
+    *,
+    seed: int,
+    max_load_s: float | None,
+    max_sim_s: float | None,
+) -> tuple[dict[str, Any], list[Scenario]]:
+    from kvwatch.reconcile.capacity import RequestShape, levers_for_analysis
+
+    if len(points) < 2:
+        raise UnusableInput("fewer than two scrapes to calibrate on")
+    version = (doc.get("config") or {}).get("vllm_version")
+    rules = rules_for(version if isinstance(version, str) else None, from_flag=False).rules
+    cal = calibrate(doc, points, rules=rules)
+    engine, workload, step = cal.engine, cal.workload, cal.step_time
+    if max_load_s is not None and workload.duration_s > max_load_s:
+        workload = replace(workload, duration_s=max_load_s)
+    problem = fits(engine, workload)
+    if problem is not None:
+        raise UnusableInput(problem)
+    gaps = [b - a for a, b in zip(cal.observed.sample_at, cal.observed.sample_at[1:], strict=False) if b > a]
+    every = statistics.median(gaps) if gaps else 10.0
+    observed = run(
+        engine, workload, step, rules, sample_every_s=every, time_weighted=False, seed=seed, max_sim_s=max_sim_s
+    )
+    if rows is None:
+        shape = RequestShape(workload.prompt_tokens, workload.output_tokens, workload.shared_prefix_tokens)
+        rows = levers_for_analysis(doc, arch, shape)
+    levers = lever_scenarios(
+        engine,
+        workload,
+        step,
+        rules,
+        rows,
+        only=None,
+        sample_every_s=every,
+        time_weighted=False,
+        seed=seed,
+        max_sim_s=max_sim_s,
+    )
+    return observed, levers
+
+
 def scenario_results(
     doc: Mapping[str, Any],
     points: Sequence[EvidencePoint],
@@ -80,43 +126,24 @@ def scenario_results(
     UnusableInput when the evidence cannot calibrate (too few scrapes, no finished request, no
     pool): the caller shows nothing rather than a guess.
     """
-    from kvwatch.reconcile.capacity import RequestShape, levers_for_analysis
-
-    if len(points) < 2:
-        raise UnusableInput("fewer than two scrapes in the window")
-    version = (doc.get("config") or {}).get("vllm_version")
-    rules = rules_for(version if isinstance(version, str) else None, from_flag=False).rules
-    cal = calibrate(doc, points, rules=rules)
-    engine, workload, step = cal.engine, cal.workload, cal.step_time
-    if max_load_s is not None and workload.duration_s > max_load_s:
-        workload = replace(workload, duration_s=max_load_s)
-    problem = fits(engine, workload)
-    if problem is not None:
-        raise UnusableInput(problem)
-    gaps = [b - a for a, b in zip(cal.observed.sample_at, cal.observed.sample_at[1:], strict=False) if b > a]
-    every = statistics.median(gaps) if gaps else 10.0
-    out = {
-        "observed": run(
-            engine, workload, step, rules, sample_every_s=every, time_weighted=False, seed=seed, max_sim_s=max_sim_s
-        )
-    }
-    shape = RequestShape(workload.prompt_tokens, workload.output_tokens, workload.shared_prefix_tokens)
-    rows = levers_for_analysis(doc, arch, shape)
-    for s in lever_scenarios(
-        engine,
-        workload,
-        step,
-        rules,
-        rows,
-        only=None,
-        sample_every_s=every,
-        time_weighted=False,
-        seed=seed,
-        max_sim_s=max_sim_s,
-    ):
-        if s.result is not None:
-            out[s.name] = s.result
+    observed, levers = _scenarios(doc, points, arch, None, seed=seed, max_load_s=max_load_s, max_sim_s=max_sim_s)
+    out = {"observed": observed}
+    out.update({s.name: s.result for s in levers if s.result is not None})
     return out
+
+
+def lever_outcomes(
+    doc: Mapping[str, Any], points: Sequence[EvidencePoint], rows: Sequence[Mapping[str, Any]], *, seed: int = 0
+) -> tuple[dict[str, Any], dict[str, Scenario]]:
+    """The observed scenario's result and one simulated ``Scenario`` per lever row given (by name).
+
+    The rows are the caller's (analyze's diagnosis levers), so each outcome belongs to the row it
+    is shown beside; a row simulate cannot simulate has ``result`` None and a note saying why.
+    """
+    observed, levers = _scenarios(
+        doc, points, None, rows, seed=seed, max_load_s=MAX_LOAD_SECONDS, max_sim_s=MAX_SIM_SECONDS
+    )
+    return observed, {s.name: s for s in levers}
 
 
 def outcomes(
