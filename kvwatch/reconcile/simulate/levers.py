@@ -11,15 +11,16 @@ was simulated, or is null when the cause has no levers.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvwatch.errors import KvwatchError
 from kvwatch.parse.scrapeseries import read_timing, scraped_at
 from kvwatch.reconcile.simulate.calibrate import EvidencePoint, evidence_point
 from kvwatch.reconcile.simulate.whatif import MAX_LOAD_SECONDS, lever_outcomes, rebased
-from kvwatch.records import EngineSample, MetricsSnapshot, TimingSeries
+from kvwatch.records import EngineSample, HistogramSummary, MetricsSnapshot, TimingSeries
 
 LOG_ONLY = (
     "a log states no request sizes: give the /metrics scrapes saved during the load, or --prometheus "
@@ -57,25 +58,68 @@ def from_scrapes(scrapes: Sequence[tuple[str, float | None, MetricsSnapshot]]) -
     return _enough(points)
 
 
-def from_history(
-    timelines: Sequence[tuple[str | None, Sequence[tuple[float | None, EngineSample]]]],
-) -> SimulationEvidence:
+History = Sequence[tuple[str | None, Sequence[tuple[float | None, EngineSample]]]]
+
+
+def from_history(timelines: History) -> SimulationEvidence:
     """Prometheus history as (engine, [(t, sample)]) per timeline; one engine only (the timing
-    counters are server-wide; several engines' sums are not one scheduler)."""
+    counters are server-wide; several engines' sums are not one scheduler).
+
+    The history reader asks for the gauges at the full step and the counters and histograms at a
+    coarse one (kvwatch.sources.prometheus.read_history: their increase is what analyze needs),
+    so they arrive as separate samples. Each gauge instant gets the cumulative values linearly
+    interpolated between the coarse instants around it (exact at the range's ends, where the
+    coarse points land): the workload's deltas stay exact, per-interval rates are smoothed.
+    """
     if not timelines:
         return SimulationEvidence()
     if len(timelines) > 1:
         return SimulationEvidence((), f"{len(timelines)} engines in the history: the simulator replays one scheduler")
+    rows = [(t, s) for t, s in timelines[0][1] if t is not None]
+    fine = [(t, s) for t, s in rows if s.running is not None or s.waiting is not None]
+    coarse = [(t, s) for t, s in rows if s.request_prompt_tokens is not None or s.generation_tokens_total is not None]
     points = []
-    for t, sample in timelines[0][1]:
-        if t is None:
-            continue
-        # Prometheus history has no iteration histogram query: steps from the decodes (calibrate's rule).
-        timing = TimingSeries(generation_tokens=sample.generation_tokens_total)
-        point = evidence_point(t, MetricsSnapshot(engines=(sample,)), timing)
+    for t, sample in fine:
+        merged = _with_counters(sample, t, coarse) if coarse else sample
+        # No iteration histogram in the history: steps from the decodes (calibrate's rule).
+        timing = TimingSeries(generation_tokens=merged.generation_tokens_total)
+        point = evidence_point(t, MetricsSnapshot(engines=(merged,)), timing)
         if point is not None:
             points.append(point)
     return _enough(points)
+
+
+_COUNTERS = ("generation_tokens_total", "prompt_tokens_total", "prefix_cache_queries_total", "prefix_cache_hits_total")
+_HISTOGRAMS = ("request_prompt_tokens", "request_generation_tokens")
+
+
+def _with_counters(sample: EngineSample, t: float, coarse: list[tuple[float, EngineSample]]) -> EngineSample:
+    """``sample`` with each counter and histogram count/sum interpolated at ``t`` from ``coarse``."""
+    i = bisect.bisect_right([c[0] for c in coarse], t)
+    before = coarse[max(0, i - 1)]
+    after = coarse[min(i, len(coarse) - 1)]
+    if before[0] > t:  # t precedes every coarse point: the first one's values
+        after = before
+    w = 0.0 if after[0] == before[0] else (t - before[0]) / (after[0] - before[0])
+
+    def lerp(a: float | None, b: float | None) -> float | None:
+        if a is None or b is None:
+            return a if b is None else b
+        return a + (b - a) * min(1.0, max(0.0, w))
+
+    fields: dict[str, Any] = {}
+    for name in _COUNTERS:
+        if getattr(sample, name) is None:
+            fields[name] = lerp(getattr(before[1], name), getattr(after[1], name))
+    for name in _HISTOGRAMS:
+        a, b = getattr(before[1], name), getattr(after[1], name)
+        if getattr(sample, name) is None and (a is not None or b is not None):
+            fields[name] = HistogramSummary(
+                lerp(a.count if a else None, b.count if b else None),
+                lerp(a.sum if a else None, b.sum if b else None),
+                (),
+            )
+    return replace(sample, **fields)
 
 
 def _enough(points: list[EvidencePoint]) -> SimulationEvidence:
