@@ -49,18 +49,20 @@ HEADER = (
 # meaning; these are read directly where vLLM's number already suffices. Each row: name -> why a
 # rule or dashboard reads it. Which versions expose each name is kvwatch's one table of vLLM metric
 # names (kvwatch/parse/metricnames.py); vllm_series refuses a name that table lacks.
-VLLM_SERIES: dict[str, str] = vllm_series({
-    "vllm:num_preemptions_total": "V0 0.4.3-0.10.2 (model_name) and V1 0.8.0+ (model_name, engine): "
-    "the preemption alert works even where kvwatch's log source sees no preemption line (V1 never logs one)",
-    "vllm:num_requests_waiting_by_reason": "V1 0.20+: capacity vs deferred waiting, the 'why' of the queue",
-    "vllm:kv_cache_usage_perc": "V1 0.9.2+: vLLM's own KV usage next to kvwatch's, a cross-check",
-    "vllm:gpu_cache_usage_perc": "V0 and V1 up to 0.11 (removed 0.12): the same for older servers",
-    "vllm:prefix_cache_hits_total": "V1 0.9.2+: prefix-cache hit tokens",
-    "vllm:prefix_cache_queries_total": "V1 0.9.2+: prefix-cache query tokens",
-    "vllm:gpu_prefix_cache_hits_total": "V1 0.7.3-0.11 (removed 0.12): older name of the hit tokens",
-    "vllm:gpu_prefix_cache_queries_total": "V1 0.7.3-0.11 (removed 0.12): older name of the query tokens",
-    "vllm:gpu_prefix_cache_hit_rate": "V0 0.5.5-0.8 (removed 0.9.1): V0's own hit-rate gauge",
-})
+VLLM_SERIES: dict[str, str] = vllm_series(
+    {
+        "vllm:num_preemptions_total": "V0 0.4.3-0.10.2 (model_name) and V1 0.8.0+ (model_name, engine): "
+        "the preemption alert works even where kvwatch's log source sees no preemption line (V1 never logs one)",
+        "vllm:num_requests_waiting_by_reason": "V1 0.20+: capacity vs deferred waiting, the 'why' of the queue",
+        "vllm:kv_cache_usage_perc": "V1 0.9.2+: vLLM's own KV usage next to kvwatch's, a cross-check",
+        "vllm:gpu_cache_usage_perc": "V0 and V1 up to 0.11 (removed 0.12): the same for older servers",
+        "vllm:prefix_cache_hits_total": "V1 0.9.2+: prefix-cache hit tokens",
+        "vllm:prefix_cache_queries_total": "V1 0.9.2+: prefix-cache query tokens",
+        "vllm:gpu_prefix_cache_hits_total": "V1 0.7.3-0.11 (removed 0.12): older name of the hit tokens",
+        "vllm:gpu_prefix_cache_queries_total": "V1 0.7.3-0.11 (removed 0.12): older name of the query tokens",
+        "vllm:gpu_prefix_cache_hit_rate": "V0 0.5.5-0.8 (removed 0.9.1): V0's own hit-rate gauge",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -619,6 +621,23 @@ def instance_dashboard() -> dict[str, Any]:
                     (
                         (f"kvwatch_whatif_max_concurrency{{{F}}}", "{{lever}}"),
                         (f'kvwatch_max_concurrency{{{F},basis="observed_p95"}}', "today"),
+                    ),
+                    options={
+                        "orientation": "horizontal",
+                        "displayMode": "basic",
+                        "reduceOptions": {"calcs": ["lastNotNull"]},
+                    },
+                ),
+                Panel(
+                    "What-if levers, simulated",
+                    "bargauge",
+                    "vLLM's scheduler replayed on the last window's workload (about once a minute): mean "
+                    "requests waiting and preemptions per 100 requests if one lever were pulled; lever=observed "
+                    "is the window as it is. A ceiling above today's does not mean preemptions stop: compare "
+                    "these (see docs/runbook.md 'Levers').",
+                    (
+                        (f"kvwatch_whatif_waiting_requests{{{F}}}", "waiting {{lever}}"),
+                        (f"kvwatch_whatif_preemptions_per_100_requests{{{F}}}", "preempted/100 {{lever}}"),
                     ),
                     options={
                         "orientation": "horizontal",

@@ -200,6 +200,21 @@ class EngineSample:
 
 
 @dataclass(frozen=True, slots=True)
+class TimingSeries:
+    """The counters that time a run (kvwatch.parse.scrapeseries.TIMING_SERIES), summed over one
+    exposition's label sets; None where the series is absent."""
+
+    steps: float | None = None
+    step_tokens: float | None = None
+    generation_tokens: float | None = None
+    finished: float | None = None
+    e2e_count: float | None = None
+    e2e_sum: float | None = None
+    ttft_count: float | None = None
+    ttft_sum: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MetricsSnapshot:
     """One /metrics exposition, normalised across vLLM versions."""
 
@@ -209,3 +224,5 @@ class MetricsSnapshot:
     cache_config_by_engine: dict[str, dict[str, str | int | float | bool | None]] = field(default_factory=dict)
     skipped_lines: int = 0  # lines that could not be read unambiguously (reported, not fatal)
     skipped_examples: tuple[str, ...] = ()  # first few reasons, for the report (no sample values)
+    # Set by a reader that also times the run (the sidecar's, for its what-if simulation).
+    timing: TimingSeries | None = None

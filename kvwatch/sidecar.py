@@ -1,8 +1,10 @@
 """The sidecar: the one place where sources, parser, reconciler and exporter are wired together.
 
 Threads: one reads the log source (follow, stdin, child output or replay) and feeds each line
-through the log parser into the live state; one scrapes /metrics every interval; the HTTP server
-renders the state at Prometheus' scrape time. One lock serialises access to the state. A failing
+through the log parser into the live state; one scrapes /metrics every interval; one recomputes
+the what-ifs (vLLM's scheduler simulated on the window's evidence, kvwatch_whatif_* gauges) at
+most once a minute, holding the lock only to copy the evidence in and the outcomes out; the HTTP
+server renders the state at Prometheus' scrape time. One lock serialises access to the state. A failing
 source is reported (``kvwatch_source_up``, one line in kvwatch's log on failure and on recovery)
 and never stops the others.
 
@@ -21,20 +23,23 @@ from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from kvwatch.errors import UsageError
+from kvwatch.errors import KvwatchError, UsageError
 from kvwatch.export.collector import StateCollector
 from kvwatch.export.exposition import samples
 from kvwatch.export.server import MetricsServer
 from kvwatch.reconcile.live import Event, Expected, LiveState
-from kvwatch.records import LogRecord
+from kvwatch.records import LogRecord, TimingSeries
 from kvwatch.settings import WatchSettings
 from kvwatch.sources.lines import LineSource
 
 if TYPE_CHECKING:
     from kvwatch.export.webconfig import WebConfig
+    from kvwatch.parse.metrics import ExpositionReading
     from kvwatch.reconcile.architecture import Architecture
     from kvwatch.reconcile.facts import ServerFacts
     from kvwatch.reconcile.pool import RequestShape
+    from kvwatch.reconcile.simulate.calibrate import EvidencePoint
+    from kvwatch.reconcile.simulate.whatif import WhatifOutcome
     from kvwatch.sources.child import ChildProcess
     from kvwatch.sources.scrape import MetricsScraper
 
@@ -43,6 +48,18 @@ log = logging.getLogger("kvwatch")
 # The log position is saved at most this often (and at shutdown): saving it for every batch cost
 # more CPU than parsing at 500 lines/s. A SIGKILL can therefore re-read up to a second of lines.
 COMMIT_INTERVAL_SECONDS = 1.0
+
+
+#: The what-ifs are simulated at most this often: each recompute costs a simulation per lever
+#: (benchmarks/whatif_cost.py), and a minute is finer than a window of 10 minutes changes.
+WHATIF_INTERVAL_SECONDS = 60.0
+#: The share of one core the what-ifs may take: after a recompute that cost C CPU seconds the
+#: next waits at least C / WHATIF_CPU_SHARE (a big server's window stretches the interval
+#: rather than the sidecar's footprint).
+WHATIF_CPU_SHARE = 0.05
+
+WhatifFunction = Callable[["ServerFacts", "tuple[EvidencePoint, ...]"], "tuple[WhatifOutcome, ...]"]
+"""The server's facts and one engine's window of evidence -> its simulated what-ifs."""
 
 
 #: A scrape answer above this size is followed by ``release_memory()``; vLLM's own is 20-60 KB.
@@ -94,6 +111,9 @@ class Sidecar:
         scrape_interval: float = 5.0,
         clock: Callable[[], float] = time.time,
         web_config: WebConfig | None = None,
+        whatif: WhatifFunction | None = None,
+        whatif_interval: float = WHATIF_INTERVAL_SECONDS,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.state = state
         self.parser = parser
@@ -112,6 +132,14 @@ class Sidecar:
             web_config=web_config,
             on_drop=self.state.on_http_drop,
         )
+        self.whatif = whatif
+        self.whatif_interval = whatif_interval
+        self._whatif_at: float | None = None
+        self._whatif_gap = whatif_interval  # the interval, stretched by the last recompute's CPU cost
+        self.cpu_clock = cpu_clock
+        self.whatif_cpu_seconds: float | None = None  # the last recompute's CPU cost (this thread)
+        if whatif is not None:
+            state.whatif_errors = 0.0
         self._threads: list[threading.Thread] = []
         self._uncommitted = False
         self._last_commit = 0.0
@@ -190,6 +218,49 @@ class Sidecar:
             # the memory back rather than keep the high-water mark for the sidecar's life.
             release_memory()
 
+    def recompute_whatif_once(self) -> bool:
+        """Simulate each engine's what-ifs from its window; False if the last was too recent.
+
+        "Too recent": under ``whatif_interval`` ago, or under the last recompute's CPU cost divided
+        by WHATIF_CPU_SHARE.
+
+        Never raises: evidence that cannot calibrate leaves the gauges absent; any other error is
+        one line in kvwatch's log and one count in kvwatch_whatif_errors_total, and the gauges go
+        absent too (never a stale or a 0 figure).
+        """
+        if self.whatif is None:
+            return False
+        now = self.clock()
+        if self._whatif_at is not None and 0 <= now - self._whatif_at < self._whatif_gap:
+            return False
+        self._whatif_at = now
+        cpu_started = self.cpu_clock()
+        with self.lock:
+            inputs = self.state.whatif_inputs()
+        results: list[tuple[str, tuple[tuple[str, float, float | None], ...]]] = []
+        failed = 0
+        for engine, facts, points in inputs:
+            outcome: tuple[tuple[str, float, float | None], ...] = ()
+            if len(points) >= 2:
+                try:
+                    got = self.whatif(facts, points)
+                except KvwatchError:
+                    pass  # not enough evidence in the window (idle, starting, no finished request)
+                except Exception as exc:  # a simulator bug must not stop the sidecar
+                    failed += 1
+                    log.warning("whatif: engine %s: recompute failed: %s: %s", engine, type(exc).__name__, exc)
+                else:
+                    outcome = tuple((o.lever, o.waiting, o.preemptions_per_100_requests) for o in got)
+            results.append((engine, outcome))
+        with self.lock:
+            for engine, outcome in results:
+                self.state.set_whatif(engine, outcome)
+            self.state.whatif_errors = (self.state.whatif_errors or 0.0) + failed
+        cost = max(0.0, self.cpu_clock() - cpu_started)
+        self.whatif_cpu_seconds = cost
+        self._whatif_gap = max(self.whatif_interval, cost / WHATIF_CPU_SHARE)
+        return True
+
     # ------------------------------------------------------------------ threads
 
     def _log_loop(self) -> None:
@@ -210,6 +281,14 @@ class Sidecar:
             delay = self.scraper.next_delay() if self.scraper is not None else self.scrape_interval
             self.stopping.wait(max(0.0, delay - (time.monotonic() - started)))
 
+    def _whatif_loop(self) -> None:
+        # Wakes every interval; recompute_whatif_once itself skips a turn the CPU budget has not earned.
+        while not self.stopping.wait(self.whatif_interval):
+            try:
+                self.recompute_whatif_once()
+            except Exception as exc:  # the recompute never raises by contract; a bug must not end the thread
+                log.warning("whatif: recompute failed: %s: %s", type(exc).__name__, exc)
+
     def start(self) -> Sidecar:
         """Start serving and reading."""
         self.server.start()
@@ -217,6 +296,8 @@ class Sidecar:
             self._threads.append(threading.Thread(target=self._log_loop, name="kvwatch-log", daemon=True))
         if self.scraper is not None:
             self._threads.append(threading.Thread(target=self._scrape_loop, name="kvwatch-scrape", daemon=True))
+        if self.scraper is not None and self.whatif is not None:
+            self._threads.append(threading.Thread(target=self._whatif_loop, name="kvwatch-whatif", daemon=True))
         for thread in self._threads:
             thread.start()
         return self
@@ -298,7 +379,6 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
         log.warning("source: counters saved with the log position are malformed; they restart from 0")
     scraper = None
     if settings.metrics_url:
-        from kvwatch.parse.metrics import read_exposition
         from kvwatch.sources.scrape import MetricsScraper
 
         verify: bool | str = False if settings.insecure else (str(settings.ca_file) if settings.ca_file else True)
@@ -308,7 +388,7 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
             bearer_token=settings.bearer_token,
             verify=verify,
             interval=settings.scrape_interval,
-            reader=read_exposition,  # the wiring hands the source its parser
+            reader=read_exposition_timed,  # the wiring hands the source its parser
         )
     web_config = None
     if settings.web_config_file is not None:
@@ -329,6 +409,7 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
             listen=settings.listen,
             scrape_interval=settings.scrape_interval,
             web_config=web_config,
+            whatif=lambda facts, points: whatif_outcomes(facts, points, arch or _model_named_in_log(facts)),
         )
     except OSError as exc:
         if lines is not None:
@@ -343,6 +424,27 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
         arch.name if arch is not None else "from the log",
     )
     return sidecar.start()
+
+
+def read_exposition_timed(text: str) -> ExpositionReading:
+    """The vLLM reader plus the counters that time the run (the what-if simulation's evidence)."""
+    from dataclasses import replace
+
+    from kvwatch.parse.metrics import read_exposition
+    from kvwatch.parse.scrapeseries import read_timing
+
+    reading = read_exposition(text)
+    timing: TimingSeries = read_timing(text)
+    return replace(reading, snapshot=replace(reading.snapshot, timing=timing))
+
+
+def whatif_outcomes(
+    facts: ServerFacts, points: tuple[EvidencePoint, ...], arch: Architecture | None
+) -> tuple[WhatifOutcome, ...]:
+    """One engine's what-ifs (kvwatch.reconcile.simulate.whatif), imported when first run."""
+    from kvwatch.reconcile.simulate import whatif
+
+    return whatif.outcomes(facts, points, arch)
 
 
 def _protection(web_config: WebConfig | None) -> str:

@@ -434,3 +434,36 @@ def test_the_default_step_keeps_a_long_range_under_11000_points(capsys: pytest.C
     assert doc is not None
     assert max(api.ranges) <= 11_000
     assert doc["evidence"]["prometheus"]["step"] == math.ceil(2_592_000 / 10_999)
+
+
+@pytest.mark.prometheus
+def test_simulate_calibrates_on_the_history_and_agrees_with_analyze(
+    prometheus_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One fixed range for both commands, so both read the very same samples.
+    end = time.time()
+    rng = ["--prometheus", prometheus_url, "--start", f"{end - 600:.3f}", "--end", f"{end:.3f}"]
+    one = [*rng, "--selector", '{job="vllm"}']
+    code, out, err = run(["simulate", *one, "--format", "json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    observed = doc["calibration"]["observed"]
+    # The run's own numbers (the seed README): 46 requests, 14 preemptions, at most 5 running.
+    assert (observed["requests_sent"], observed["preemptions"], observed["max_running"]) == (46, 14, 5)
+    assert doc["engine"]["pool_tokens"] == 40960  # from vllm:cache_config_info in the history
+    assert abs(doc["calibration"]["simulated"]["preemptions"] - 14) <= 2
+    assert any("Prometheus history" in n for n in doc["notes"])
+    scenarios = {s["name"]: s["result"] for s in doc["scenarios"]}
+
+    code, adoc, err = analyze(one, capsys)
+    assert code == 0, err
+    assert adoc is not None
+    sim = adoc["diagnosis"]["simulation"]
+    assert sim["why_not"] is None
+    assert sim["observed"]["mean_waiting"] == scenarios["observed"]["mean_waiting"]
+    assert sim["observed"]["preemptions_per_100_requests"] == scenarios["observed"]["preemptions_per_100_requests"]
+
+    code, out, err = run(["simulate", *rng, "--selector", '{job=~"vllm.*"}'], capsys)
+    assert code == 1
+    assert "2 engines" in err
+    assert len(err.strip().splitlines()) == 1

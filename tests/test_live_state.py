@@ -208,6 +208,10 @@ def _full_state() -> LiveState:
         ),
         1,
     )
+    # What the sidecar's background recompute stores (kvwatch.sidecar.Sidecar.recompute_whatif_once).
+    state.whatif_errors = 0.0
+    for key in state.engines:
+        state.set_whatif(key, (("observed", 11.25, 30.43), ("fp8_kv_cache", 7.8, 9.43)))
     return state
 
 

@@ -4,7 +4,10 @@ Wires files -> (log: the analyze reader; scrapes: the metrics parser) -> calibra
 simulator -> a ``kvwatch.simulate/1`` document (CONTRACTS.md) or a table. EVIDENCE is any mix of
 saved vLLM logs and saved ``/metrics`` scrapes, told apart by content. A scrape's instant is the
 "# scraped at t=+Xs" first line a saving script wrote, else the file's modification time.
-``--prometheus`` (as analyze) would feed the same ``EvidencePoint`` records; it is not wired here yet.
+``--prometheus`` reads the same history analyze reads (kvwatch.commands.analyze._history: one
+query per vLLM series over the range) and turns one engine's samples into the same
+``EvidencePoint`` records (kvwatch.reconcile.simulate.levers.from_history); a log among EVIDENCE
+still gives the engine's settings, else ``vllm:cache_config_info`` from the history does.
 """
 
 from __future__ import annotations
@@ -168,6 +171,43 @@ def simulate_command(
         str | None, typer.Option("--model", metavar="NAME", help="A catalogue model, for the levers.")
     ] = None,
     output_format: Annotated[Format, typer.Option("--format", help="text or json (kvwatch.simulate/1).")] = Format.text,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", metavar="URL", help="Calibrate on vLLM's series in a Prometheus-compatible API."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="DURATION", help="With --prometheus: the last DURATION (default 1h)."),
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option("--start", metavar="T", help="With --prometheus: range start, RFC 3339 or Unix seconds."),
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--end", metavar="T", help="With --prometheus: range end (default now).")
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option(
+            "--selector", metavar="'{k=\"v\",...}'", help="With --prometheus: label matchers for every query."
+        ),
+    ] = None,
+    step: Annotated[
+        str | None,
+        typer.Option(
+            "--step", metavar="DURATION", help="With --prometheus: resolution (default: the scrape interval)."
+        ),
+    ] = None,
+    bearer_token_file: Annotated[
+        Path | None,
+        typer.Option("--bearer-token-file", show_default=False, help="With --prometheus: send this file's token."),
+    ] = None,
+    ca_file: Annotated[
+        Path | None, typer.Option("--ca-file", show_default=False, help="With https: verify against this CA bundle.")
+    ] = None,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="With https: do not verify the TLS certificate.")
+    ] = False,
 ) -> None:
     """vLLM's scheduler replayed: calibrated on the evidence, then the workload and each lever simulated."""
     for flag, v in (
@@ -185,6 +225,13 @@ def simulate_command(
         raise UsageError(f"--pool-tokens {pool_tokens}: a KV pool of 0 tokens holds no request; give a positive size")
     if model_config and model:
         raise UsageError("give --model-config FILE or --model NAME, not both")
+    history: tuple[list[EvidencePoint], dict[str, Any], str] | None = None
+    if prometheus:
+        history = _prometheus_points(
+            prometheus, since, start, end, selector, step, bearer_token_file, ca_file, insecure
+        )
+    elif any(v is not None for v in (since, start, end, selector, step, bearer_token_file)):
+        raise UsageError("--since/--start/--end/--selector/--step/--bearer-token-file need --prometheus URL")
     doc = _build(
         evidence or [],
         users=users,
@@ -198,6 +245,7 @@ def simulate_command(
         vllm_version=vllm_version,
         seed=seed,
         arch=_arch(model_config, model),
+        history=history,
     )
     text = json.dumps(doc, indent=2) if output_format is Format.json else render_text(doc)
     sys.stdout.write(text + "\n")
@@ -250,8 +298,16 @@ def _build(
     vllm_version: str | None,
     seed: int,
     arch: Any,
+    history: tuple[list[EvidencePoint], dict[str, Any], str] | None = None,
 ) -> dict[str, Any]:
     logs, points, notes, cache_config = _read_evidence(paths)
+    if history is not None:
+        if points:
+            raise UsageError("give saved scrapes or --prometheus, not both (a log may come with either)")
+        points, history_config, what = history
+        if history_config and not cache_config:
+            cache_config.update(history_config)
+        notes.append(what)
     facts = _analyze(logs)
     if not logs and cache_config.get("num_gpu_blocks"):
         facts = _facts_from_cache_config(cache_config)
@@ -415,6 +471,37 @@ def _build(
         "seed": seed,
         "notes": notes,
     }
+
+
+def _prometheus_points(
+    url: str,
+    since: str | None,
+    start: str | None,
+    end: str | None,
+    selector: str | None,
+    step: str | None,
+    bearer_token_file: Path | None,
+    ca_file: Path | None,
+    insecure: bool,
+) -> tuple[list[EvidencePoint], dict[str, Any], str]:
+    """One engine's Prometheus history as evidence points, its cache_config_info, and a note."""
+    from kvwatch.commands.analyze import _history
+    from kvwatch.reconcile.simulate.levers import from_history
+
+    timelines, info = _history(url, since, start, end, selector, step, bearer_token_file, ca_file, insecure)
+    where = f"{info['url']} {info['start']} .. {info['end']}" + (f" {selector}" if selector else "")
+    if not timelines:
+        raise UnusableInput(f"{where}: no vLLM series matched; check --selector and the time range")
+    evidence = from_history([(tl.engine, [(ts.t, ts.sample) for ts in tl.samples]) for tl in timelines])
+    if evidence.why_not is not None:
+        raise UnusableInput(f"{where}: {evidence.why_not}; narrow --selector to one engine")
+    configs = info.get("cache_configs") or []
+    step_note = f"step {info['step']} s" if info.get("step") else "its scrape interval"
+    note = (
+        f"evidence: Prometheus history, {len(evidence.points)} samples at {step_note}; "
+        "engine steps estimated from the decodes (no iteration histogram in the history)"
+    )
+    return list(evidence.points), dict(configs[0]) if configs else {}, note
 
 
 def _changes(base: Workload, wl: Workload, engine: EngineConfig, scen: EngineConfig) -> dict[str, Any]:

@@ -120,6 +120,21 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         contract=True,
     ),
     MetricSpec(
+        "kvwatch_whatif_waiting_requests",
+        "gauge",
+        "Simulated mean requests waiting (vLLM's scheduler replayed on the last window's workload) if one "
+        "lever were pulled; lever=observed is the window as it is. Recomputed at most once a minute; absent "
+        "when the window cannot calibrate the simulation.",
+        ("lever",),
+    ),
+    MetricSpec(
+        "kvwatch_whatif_preemptions_per_100_requests",
+        "gauge",
+        "Simulated preemptions per 100 finished requests if one lever were pulled, on the last window's "
+        "workload (as kvwatch_whatif_waiting_requests).",
+        ("lever",),
+    ),
+    MetricSpec(
         "kvwatch_reconcile_ratio",
         "gauge",
         "Observed / expected; check=pool_tokens, bytes_per_token or max_concurrency.",
@@ -170,6 +185,13 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "away), timeout (idle or slow request), over_limit (too many open), tls_error (failed handshake), "
         "bad_request (a request head over 16 KiB).",
         ("reason",),
+        per_engine=False,
+    ),
+    MetricSpec(
+        "kvwatch_whatif_errors_total",
+        "counter",
+        "What-if recomputes that failed with an unexpected error (logged once each); bad or missing "
+        "evidence is not an error, the what-if gauges are then absent.",
         per_engine=False,
     ),
     MetricSpec(

@@ -42,6 +42,8 @@ def render(view: LiveView) -> list[Sample]:
         out.append(Sample("kvwatch_log_records_total", (("kind", kind),), count))
     for reason, count in view.http_drops:
         out.append(Sample("kvwatch_http_connections_dropped_total", (("reason", reason),), count))
+    if view.whatif_errors is not None:
+        out.append(Sample("kvwatch_whatif_errors_total", (), view.whatif_errors))
 
     for eng in view.engines:
         base: Labels = (("model_name", eng.model_name), ("engine", eng.engine))
@@ -61,6 +63,8 @@ def render(view: LiveView) -> list[Sample]:
         each("kvwatch_request_tokens", "quantile", eng.request_tokens)
         each("kvwatch_max_concurrency", "basis", eng.max_concurrency)
         each("kvwatch_whatif_max_concurrency", "lever", eng.whatif)
+        each("kvwatch_whatif_waiting_requests", "lever", eng.whatif_waiting)
+        each("kvwatch_whatif_preemptions_per_100_requests", "lever", eng.whatif_preemptions_per_100)
         each("kvwatch_reconcile_ratio", "check", eng.reconcile)
         put("kvwatch_observed_running_requests", eng.running)
         put("kvwatch_observed_waiting_requests", eng.waiting)

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+
+from kvwatch.records import TimingSeries
+
+__all__ = ["TIMING_SERIES", "TimingSeries", "read_timing", "scraped_at"]
 
 # field -> exposed V1 sample name (loggers.py PrometheusStatLogger.__init__, vLLM 0.32.0)
 TIMING_SERIES: dict[str, str] = {
@@ -29,20 +32,6 @@ TIMING_SERIES: dict[str, str] = {
 _SAMPLE = re.compile(r"^(?:ray_)?(vllm:[A-Za-z0-9_:]+)(?:\{[^}]*\})?\s+([-+0-9.eEinfINFNa]+)")
 # "# scraped at t=+12.3s ..." (first line a saving script adds) -> seconds since the load started
 _SCRAPED_AT = re.compile(r"^#\s*scraped at t=\+?([0-9.]+)s")
-
-
-@dataclass(frozen=True, slots=True)
-class TimingSeries:
-    """The TIMING_SERIES values of one exposition; None where the series is absent."""
-
-    steps: float | None = None
-    step_tokens: float | None = None
-    generation_tokens: float | None = None
-    finished: float | None = None
-    e2e_count: float | None = None
-    e2e_sum: float | None = None
-    ttft_count: float | None = None
-    ttft_sum: float | None = None
 
 
 def read_timing(text: str) -> TimingSeries:

@@ -239,6 +239,9 @@ class Analysis:
         self._window = window_seconds
         self._threshold = threshold
         self._max_num_seqs: int | None = None  # the facts record's max_num_seqs, kept for the hot path
+        # What the levers' simulated outcome calibrates on (kvwatch.reconcile.simulate.levers);
+        # None: the log alone (no request sizes).
+        self.simulation_evidence: Any = None
         self.progress = ProgressTracker()  # what the cause table needs beyond the document
 
     # ---- input -------------------------------------------------------------------------------
@@ -606,6 +609,12 @@ class Analysis:
             sized = {**doc, "requests": {**(doc.get("requests") or {}), "p95_tokens": round(tokens)}}
         levers = levers_hook(sized, model)  # always: an unresolvable --model is the user's error
         doc["diagnosis"] = diagnose(case, lambda: levers)
+        if not doc["diagnosis"]["levers"]:
+            doc["diagnosis"]["simulation"] = None  # the cause is not the KV pool: nothing to simulate
+        else:
+            from kvwatch.reconcile.simulate.levers import SimulationEvidence, attach  # local: only with levers
+
+            attach(doc, self.simulation_evidence or SimulationEvidence())
 
 
 def _histogram_basis(requests: Any) -> dict[str, Any] | None:
@@ -665,9 +674,12 @@ def analyze_paths(
                 analysis.add(batch, source=source)
             analysis.add_input(log.path, log.lines, log.bytes)
     readings = []
+    scrape_texts: list[tuple[str, float | None, Any]] = []
     for path in scrape_paths:
         scrape = read_scrape(path)
-        readings.append(ScrapeReading(path, scrape.mtime, creation_stamp(scrape.text), parse_exposition(scrape.text)))
+        reading = ScrapeReading(path, scrape.mtime, creation_stamp(scrape.text), parse_exposition(scrape.text))
+        readings.append(reading)
+        scrape_texts.append((scrape.text, scrape.mtime, reading.snapshot))
         analysis.add_input(path, scrape.text.count("\n"), scrape.nbytes)
     all_timelines = list(timelines or [])
     time_source = "prometheus" if timelines else None
@@ -681,8 +693,23 @@ def analyze_paths(
     inputs = EvidenceInputs(
         scrapes=len(readings), prometheus=prometheus, time_source=time_source, cache_configs=tuple(configs)
     )
+    analysis.simulation_evidence = _simulation_evidence(scrape_texts, timelines)
     doc = analysis.document(model, (metrics, inputs))
     created = [r.created for r in readings if r.created is not None]
     mtimes = [os.path.getmtime(p) for p in log_paths if p != "-" and os.path.isfile(p)]
     infer_years(doc, created=min(created) if created else None, log_mtime=max(mtimes) if mtimes else None)
     return doc
+
+
+def _simulation_evidence(scrapes: list[tuple[str, float | None, Any]], timelines: list[EngineTimeline] | None) -> Any:
+    """What the levers' simulation calibrates on: the saved scrapes, else the Prometheus history."""
+    if not scrapes and not timelines:
+        return None
+    from kvwatch.reconcile.simulate import levers as simulated
+
+    if scrapes:
+        mtimes = [m for _t, m, _s in scrapes]
+        # Equal modification times (a checkout, a copy) say nothing about when each was taken.
+        known = len(set(mtimes)) == len(mtimes)
+        return simulated.from_scrapes([(t, m if known else None, s) for t, m, s in scrapes])
+    return simulated.from_history([(tl.engine, [(ts.t, ts.sample) for ts in tl.samples]) for tl in timelines or []])

@@ -31,6 +31,7 @@ from kvwatch.reconcile.saturation import (
     Observation,
     SaturationJudge,
 )
+from kvwatch.reconcile.simulate.calibrate import EvidencePoint, evidence_point
 from kvwatch.records import (
     EngineSample,
     ErrorRecord,
@@ -93,6 +94,10 @@ class EngineView:
     preemptions: tuple[tuple[str, float], ...]
     last_stats_at: float | None
     cause: str | None = None  # the cause table's id for the current state (kvwatch.reconcile.causes)
+    # The simulated outcome per scenario ("observed" or a capacity lever) of the last what-if
+    # recompute (kvwatch.reconcile.simulate.whatif); empty when the window could not calibrate.
+    whatif_waiting: tuple[tuple[str, float], ...] = ()
+    whatif_preemptions_per_100: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,7 @@ class LiveView:
     record_counts: tuple[tuple[str, float], ...]
     engines: tuple[EngineView, ...]
     http_drops: tuple[tuple[str, float], ...] = ()  # kvwatch's own server: dropped connections by reason
+    whatif_errors: float | None = None  # failed what-if recomputes, once the wiring runs them
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +192,10 @@ class _Engine:
     pending_preemptions: float = 0.0
     footprint: deque[tuple[float, EngineSample]] = field(default_factory=deque)
     missed_scrapes: int = 0  # successful scrapes in a row that did not report this engine
+    # The window's scrapes as the simulator's calibration reads them (only from a reader that
+    # times the run, and only for a scrape of one engine: the timing counters are server-wide).
+    evidence: deque[EvidencePoint] = field(default_factory=deque)
+    whatif: tuple[tuple[str, float, float | None], ...] = ()  # (scenario, waiting, preemptions/100)
 
 
 class LiveState:
@@ -219,6 +229,7 @@ class LiveState:
         # Fed by the HTTP server's threads without the wiring's lock: guarded on its own.
         self._http_drops: dict[str, float] = {}
         self._http_lock = threading.Lock()
+        self.whatif_errors: float | None = None  # set by the wiring that runs the what-if recompute
 
     # ------------------------------------------------------------------ inputs
 
@@ -288,10 +299,36 @@ class LiveState:
                 eng.footprint.append((now, sample))
             while eng.footprint and now - eng.footprint[0][0] > FOOTPRINT_WINDOW_SECONDS:
                 eng.footprint.popleft()
+            self._keep_evidence(eng, snapshot, sample, now)
             events += self._judge(eng, now)
         events += self._expire_engines({s.engine or "0" for s in snapshot.engines}, now)
         events += self._reconcile_events()
         return events
+
+    def _keep_evidence(self, eng: _Engine, snapshot: MetricsSnapshot, sample: EngineSample, now: float) -> None:
+        if snapshot.timing is None or len(snapshot.engines) != 1:
+            # Several engines share one set of timing counters: no engine's own step time is known.
+            eng.evidence.clear()
+            return
+        point = evidence_point(now, MetricsSnapshot(engines=(sample,)), snapshot.timing)
+        if point is None:
+            return
+        if eng.evidence and eng.evidence[-1].t >= now:
+            eng.evidence.clear()  # the clock went back: the window starts again
+        eng.evidence.append(point)
+        while eng.evidence and now - eng.evidence[0].t > FOOTPRINT_WINDOW_SECONDS:
+            eng.evidence.popleft()
+
+    def whatif_inputs(self) -> list[tuple[str, ServerFacts, tuple[EvidencePoint, ...]]]:
+        """Per engine: the facts and the window's evidence points, copied (a recompute runs unlocked)."""
+        facts = self.facts()
+        return [(key, facts, tuple(eng.evidence)) for key, eng in sorted(self.engines.items())]
+
+    def set_whatif(self, engine: str, outcomes: tuple[tuple[str, float, float | None], ...]) -> None:
+        """Store one engine's recomputed what-ifs (empty: none known; the gauges go absent)."""
+        eng = self.engines.get(engine)
+        if eng is not None:
+            eng.whatif = outcomes
 
     def _expire_engines(self, reported: set[str], now: float) -> list[Event]:
         """Drop engines /metrics has stopped reporting for ``engine_expiry_scrapes`` scrapes.
@@ -541,11 +578,15 @@ class LiveState:
                     preemptions=preemptions,
                     last_stats_at=eng.log_stats_at,
                     cause=live_cause(self.server, self.progress, eng.state or "unknown"),
+                    whatif_waiting=tuple((name, waiting) for name, waiting, _p in eng.whatif),
+                    whatif_preemptions_per_100=tuple((name, p) for name, _w, p in eng.whatif if p is not None),
                 )
             )
         with self._http_lock:
             drops = tuple(sorted(self._http_drops.items()))
-        return LiveView(__version__, sources, tuple(sorted(self.record_counts.items())), tuple(views), drops)
+        return LiveView(
+            __version__, sources, tuple(sorted(self.record_counts.items())), tuple(views), drops, self.whatif_errors
+        )
 
     def reconcile_ratios(self) -> dict[str, float]:
         """observed / expected for pool_tokens, bytes_per_token and max_concurrency."""

@@ -102,9 +102,10 @@ def run(
     sample_every_s: float,
     time_weighted: bool,
     seed: int,
+    max_sim_s: float | None = None,
 ) -> dict[str, Any]:
-    """Simulate one scenario and return its result block."""
-    res = simulate(engine, workload, step, rules, sample_every_s=sample_every_s, seed=seed)
+    """Simulate one scenario and return its result block (``max_sim_s`` bounds its simulated time)."""
+    res = simulate(engine, workload, step, rules, sample_every_s=sample_every_s, seed=seed, max_sim_s=max_sim_s)
     return result_dict(res, time_weighted)
 
 
@@ -119,6 +120,7 @@ def lever_scenarios(
     sample_every_s: float,
     time_weighted: bool,
     seed: int,
+    max_sim_s: float | None = None,
 ) -> list[Scenario]:
     """One scenario per capacity lever (or the ``only`` ones), in capacity's order."""
     out: list[Scenario] = []
@@ -176,6 +178,15 @@ def lever_scenarios(
         if why_not is not None:
             out.append(Scenario(name, changes, None, ceiling, why_not))
             continue
-        result = run(eng, wl, step, rules, sample_every_s=sample_every_s, time_weighted=time_weighted, seed=seed)
+        result = run(
+            eng,
+            wl,
+            step,
+            rules,
+            sample_every_s=sample_every_s,
+            time_weighted=time_weighted,
+            seed=seed,
+            max_sim_s=max_sim_s,
+        )
         out.append(Scenario(name, changes, result, ceiling, note))
     return out
