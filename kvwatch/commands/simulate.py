@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kvwatch import cli_options as opt
 from kvwatch.errors import UnusableInput, UsageError
 from kvwatch.parse.metrics import read_exposition
 from kvwatch.parse.scrapeseries import read_timing, scraped_at
@@ -175,39 +176,14 @@ def simulate_command(
         str | None,
         typer.Option("--prometheus", metavar="URL", help="Calibrate on vLLM's series in a Prometheus-compatible API."),
     ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option("--since", metavar="DURATION", help="With --prometheus: the last DURATION (default 1h)."),
-    ] = None,
-    start: Annotated[
-        str | None,
-        typer.Option("--start", metavar="T", help="With --prometheus: range start, RFC 3339 or Unix seconds."),
-    ] = None,
-    end: Annotated[
-        str | None, typer.Option("--end", metavar="T", help="With --prometheus: range end (default now).")
-    ] = None,
-    selector: Annotated[
-        str | None,
-        typer.Option(
-            "--selector", metavar="'{k=\"v\",...}'", help="With --prometheus: label matchers for every query."
-        ),
-    ] = None,
-    step: Annotated[
-        str | None,
-        typer.Option(
-            "--step", metavar="DURATION", help="With --prometheus: resolution (default: the scrape interval)."
-        ),
-    ] = None,
-    bearer_token_file: Annotated[
-        Path | None,
-        typer.Option("--bearer-token-file", show_default=False, help="With --prometheus: send this file's token."),
-    ] = None,
-    ca_file: Annotated[
-        Path | None, typer.Option("--ca-file", show_default=False, help="With https: verify against this CA bundle.")
-    ] = None,
-    insecure: Annotated[
-        bool, typer.Option("--insecure", help="With https: do not verify the TLS certificate.")
-    ] = False,
+    since: opt.Since = None,
+    start: opt.Start = None,
+    end: opt.End = None,
+    selector: opt.Selector = None,
+    step: opt.Step = None,
+    bearer_token_file: opt.BearerTokenFile = None,
+    ca_file: opt.CaFile = None,
+    insecure: opt.Insecure = False,
 ) -> None:
     """vLLM's scheduler replayed: calibrated on the evidence, then the workload and each lever simulated."""
     for flag, v in (
