@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvwatch.batch import analyze_paths
 from kvwatch.errors import UsageError
-from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.architecture import resolve_model
 from kvwatch.reconcile.capacity import check_against_log, deployment_from_analysis
 

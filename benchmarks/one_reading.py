@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kvwatch.reconcile.analysis import analyze_paths  # noqa: E402  (benchmarks/ is not a package)
+from kvwatch.batch import analyze_paths  # noqa: E402  (benchmarks/ is not a package)
 
 KVWATCH = str(Path(sys.executable).with_name("kvwatch"))
 FILLER = '(APIServer pid=1) INFO:     10.0.0.{n}:4242 - "POST /v1/completions HTTP/1.1" 200 OK\n'

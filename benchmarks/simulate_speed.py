@@ -26,8 +26,8 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
+from kvwatch.batch import analyze_paths
 from kvwatch.commands.simulate import _build, _read_evidence
-from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.simulate.engine import EngineConfig, SimResult, StepTime, Workload, simulate
 from kvwatch.reconcile.simulate.rules import V0_32_0
 

@@ -109,13 +109,16 @@ class FactRecord:
     """One startup/config fact: ``field`` is a dotted path of the analyze document.
 
     e.g. ``FactRecord(12, ts, "capacity.gpu_blocks", 1478)`` or ``("config.max_seq_len", 29000)``.
-    The analyze document keeps the last value seen of each field.
+    The analyze document keeps the last value seen of each field; ``engine`` is the data-parallel
+    rank whose own process printed it (None: the API server, a single engine, or not named), so
+    that facts are kept per (server run, engine) (kvwatch.reconcile.facts.FactsBuilder).
     """
 
     line: int
     ts: LogTime | None
     field: str
     value: str | int | float | bool | None
+    engine: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

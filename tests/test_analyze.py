@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kvwatch.reconcile.analysis import analyze_paths
+from kvwatch.batch import analyze_paths
 from tests.helpers import run
 
 FIXTURES = Path(__file__).parent / "fixtures"

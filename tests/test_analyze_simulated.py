@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from kvwatch.batch import analyze_paths
 from kvwatch.parse.metrics import parse_exposition
 from kvwatch.parse.scrapeseries import scraped_at
-from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.simulate.levers import LOG_ONLY, from_history, from_scrapes
 from tests.helpers import run
 

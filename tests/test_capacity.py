@@ -390,7 +390,7 @@ def test_levers_for_analysis_with_nothing_known_is_empty() -> None:
 
 
 def test_analyze_diagnosis_gains_levers_with_a_model() -> None:
-    from kvwatch.reconcile.analysis import analyze_paths
+    from kvwatch.batch import analyze_paths
 
     log = next((ROOT / "fixtures" / "real" / "logs").glob("011-*.log"))
     doc = analyze_paths([str(log)], model="meta-llama/Llama-3.1-8B-Instruct")
@@ -400,7 +400,8 @@ def test_analyze_diagnosis_gains_levers_with_a_model() -> None:
 
 
 def test_analyze_takes_the_model_from_the_log_when_known() -> None:
-    from kvwatch.reconcile.analysis import analyze_paths, levers_hook
+    from kvwatch.batch import analyze_paths
+    from kvwatch.reconcile.analysis import levers_hook
 
     log = next((ROOT / "fixtures" / "real" / "logs").glob("025-*.log"))
     doc = analyze_paths([str(log)])
@@ -412,7 +413,7 @@ def test_analyze_takes_the_model_from_the_log_when_known() -> None:
 
 
 def test_a_served_name_that_looks_like_a_catalogue_model_is_not_trusted() -> None:
-    from kvwatch.reconcile.analysis import analyze_paths
+    from kvwatch.batch import analyze_paths
 
     doc = analyze_paths([str(ROOT / "fixtures" / "vllm-cpu-seed" / "server.log")])
     assert doc["config"]["served_model_name"] == "llama-3.1-8b-sim"
@@ -436,7 +437,7 @@ def test_a_model_name_the_log_contradicts_is_not_trusted() -> None:
 
 
 def test_analyze_with_an_unknown_model_flag_is_a_usage_error() -> None:
-    from kvwatch.reconcile.analysis import analyze_paths
+    from kvwatch.batch import analyze_paths
 
     with pytest.raises(UsageError, match="closest catalogue names"):
         analyze_paths([str(ROOT / "fixtures" / "vllm-cpu" / "server.log")], model="llama-3.1-7b")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kvwatch.batch import analyze_paths
 from kvwatch.reconcile import catalogue
-from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.architecture import resolve_model
 from kvwatch.reconcile.capacity import GIB, blocks_range_from_gib, check_against_log, expected_capacity, kv_layout
 

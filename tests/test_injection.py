@@ -24,12 +24,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvwatch.batch import analyze_paths
 from kvwatch.export import exposition
 from kvwatch.export.collector import StateCollector
 from kvwatch.parse import logpatterns as P
 from kvwatch.parse.log import LogParser, parse_line
 from kvwatch.parse.provenance import echo_cut, logger_allows, quoted_spans, valid_label_value
-from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.live import LiveState
 from kvwatch.records import (
     ErrorRecord,

@@ -149,7 +149,7 @@ def test_progress_reports_every_byte(tmp_path: Path) -> None:
 
 
 def test_many_small_inputs_read_in_parallel_come_back_in_order(tmp_path: Path) -> None:
-    from kvwatch.reconcile.analysis import analyze_paths
+    from kvwatch.batch import analyze_paths
 
     paths = [str(SEED_LOG), str(WRAPPED), str(FIXTURES / "vllm-cpu" / "server.log"), str(SEED_LOG)]
     serial = analyze_paths(paths, jobs=1)

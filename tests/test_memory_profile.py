@@ -545,7 +545,7 @@ def test_flat_overhead_path_is_unchanged_when_given() -> None:
 
 
 def test_analyze_can_explain_a_logged_refusal_from_the_kv_memory_vllm_printed() -> None:
-    from kvwatch.reconcile.analysis import analyze_paths
+    from kvwatch.batch import analyze_paths
     from kvwatch.reconcile.startup import foretell_from_log
 
     # tests/fixtures/real/logs/011: the 29000-token start of vllm-project/vllm#10517 (V0 0.6.4).

@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
+from kvwatch.batch import analyze_paths
 from kvwatch.errors import UsageError
 from kvwatch.parse.log import SHUTDOWN_NEAR_LINES, LogParser
 from kvwatch.reconcile import analysis
-from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.records import ErrorRecord, LogRecord, RunStartRecord, StatsRecord
 from kvwatch.sources import files, scanner
 

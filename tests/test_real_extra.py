@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kvwatch.reconcile.analysis import analyze_paths
+from kvwatch.batch import analyze_paths
 from tests.contract_rules import check_document
 from tests.transport_forms import FORMS, shipped
 

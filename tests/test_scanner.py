@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvwatch.reconcile.analysis import analyze_paths
+from kvwatch.batch import analyze_paths
 from kvwatch.sources import scanner
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from kvwatch.batch import analyze_paths
 from kvwatch.cli import main
 from kvwatch.parse.metrics import parse_exposition
 from kvwatch.parse.scrapeseries import read_timing, scraped_at
-from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.simulate.blockpool import BlockPool
 from kvwatch.reconcile.simulate.calibrate import Calibration, calibrate, evidence_point
 from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload, simulate

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kvwatch.reconcile.analysis import analyze_paths
+from kvwatch.batch import analyze_paths
 from tests.contract_rules import INDEX, check_document
 from tests.transport_forms import FORMS, LOGS, SCRAPE_FORMS, SCRAPES, pasted, shipped, snapshot_of
 

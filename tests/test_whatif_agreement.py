@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from kvwatch.batch import analyze_paths
 from kvwatch.cli import main
 from kvwatch.export.exposition import samples
 from kvwatch.parse.log import LogParser
-from kvwatch.reconcile.analysis import analyze_paths
 from kvwatch.reconcile.architecture import resolve_model
 from kvwatch.reconcile.levers import LEVERS
 from kvwatch.reconcile.live import LiveState

@@ -12,18 +12,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from kvwatch import cli_options as opt
+from kvwatch.batch import analyze_paths
+from kvwatch.commands.history import engine_history, prometheus_query
 from kvwatch.errors import UsageError
 from kvwatch.export.report import render_markdown, render_text
-from kvwatch.reconcile.analysis import analyze_paths
-from kvwatch.reconcile.evidence import EngineTimeline, TimedSample, iso_utc
+from kvwatch.reconcile.evidence import EngineTimeline
 
 PROGRESS_MIN_BYTES = 64 << 20  # smaller inputs finish before a bar is worth drawing
 
@@ -57,28 +56,14 @@ def analyze(
     jobs: Annotated[
         int | None, typer.Option("--jobs", min=1, help="Worker processes for a large file (default: CPUs, at most 4).")
     ] = None,
-    prometheus: Annotated[
-        str | None,
-        typer.Option("--prometheus", metavar="URL", help="Read vLLM's series from a Prometheus-compatible HTTP API."),
-    ] = None,
-    since: opt.Since = None,
-    start: opt.Start = None,
-    end: opt.End = None,
-    selector: opt.Selector = None,
-    step: opt.Step = None,
-    bearer_token_file: opt.BearerTokenFile = None,
-    ca_file: opt.CaFile = None,
-    insecure: opt.Insecure = False,
+    **prometheus_flags: Any,  # --prometheus URL and its range: commands.history.prometheus_query's
 ) -> None:
     """Postmortem of saved vLLM logs, /metrics scrapes and Prometheus history: what happened and why."""
     paths = paths or []
-    if not paths and not prometheus:
+    if not paths and not prometheus_flags.get("prometheus"):
         raise UsageError("give saved logs or scrapes (PATH...) or --prometheus URL")
-    history = None
-    if prometheus:
-        history = _history(prometheus, since, start, end, selector, step, bearer_token_file, ca_file, insecure)
-    elif any(v is not None for v in (since, start, end, selector, step, bearer_token_file)):
-        raise UsageError("--since/--start/--end/--selector/--step/--bearer-token-file need --prometheus URL")
+    query = prometheus_query(**prometheus_flags)
+    history = engine_history(query) if query is not None else None
     if model_config and model:
         raise UsageError("give --model-config FILE or --model NAME, not both")
     if model_config and not os.path.isfile(model_config):
@@ -109,85 +94,7 @@ def analyze(
         raise typer.Exit(1)
 
 
-def _history(
-    url: str,
-    since: str | None,
-    start: str | None,
-    end: str | None,
-    selector: str | None,
-    step: str | None,
-    bearer_token_file: Path | None,
-    ca_file: Path | None,
-    insecure: bool,
-) -> tuple[list[EngineTimeline], dict[str, Any]]:
-    """Prometheus history as engine timelines, and the ``evidence.prometheus`` description."""
-    from kvwatch.parse.metricnames import PREFIXES
-    from kvwatch.parse.metrics import type_cache_config
-    from kvwatch.parse.series import engine_samples, query_names
-    from kvwatch.sources.prometheus import (
-        PrometheusClient,
-        parse_duration,
-        parse_time,
-        read_history,
-        selector_matchers,
-    )
-    from kvwatch.sources.scrape import redact
-
-    if since is not None and start is not None:
-        raise UsageError("give --since DURATION or --start T [--end T], not both")
-    t_end = parse_time(end, "--end") if end is not None else time.time()
-    t_start = parse_time(start, "--start") if start is not None else t_end - parse_duration(since or "1h", "--since")
-    if t_start >= t_end:
-        raise UsageError(f"--start must be before --end ({start} .. {end}); give an earlier --start")
-    step_s = parse_duration(step, "--step") if step is not None else None
-    matchers = selector_matchers(selector)
-    token = None
-    if bearer_token_file is not None:
-        try:
-            token = bearer_token_file.read_text().strip()
-        except OSError as exc:
-            raise UsageError(
-                f"--bearer-token-file {bearer_token_file}: cannot read ({exc.strerror}); give a readable file"
-            ) from None
-    verify: bool | str = not insecure
-    if ca_file is not None and not insecure:
-        if not ca_file.is_file():
-            raise UsageError(f"--ca-file {ca_file}: no such file; give a PEM CA bundle, or --insecure")
-        verify = str(ca_file)
-    client = PrometheusClient(url, bearer_token=token, verify=verify)
-    names = query_names()
-    read = read_history(
-        client,
-        matchers,
-        t_start,
-        t_end,
-        step_s,
-        fine_names=names.fine,
-        increase_names=names.increase,
-        probe_names=names.probe,
-    )
-    timelines = [
-        EngineTimeline(inst, model, engine, "prometheus", tuple(map(TimedSample._make, rows)))
-        for (inst, model, engine), rows in sorted(
-            engine_samples(read.series).items(), key=lambda kv: tuple(str(x) for x in kv[0])
-        )
-    ]
-    configs = [
-        type_cache_config(labels)
-        for labels in client.info_labels([p + "cache_config_info" for p, _why in PREFIXES], matchers, t_start, t_end)
-    ]
-    info: dict[str, Any] = {
-        "url": redact(url),
-        "selector": selector,
-        "start": iso_utc(t_start),
-        "end": iso_utc(t_end),
-        "step": read.step,
-        "coarse_step": round(read.coarse_step, 3),
-        "queries": len(read.queries),
-        "requests": client.requests_sent,
-        "cache_configs": configs,
-    }
-    return timelines, info
+opt.share_options(analyze, prometheus_query)
 
 
 def _run(

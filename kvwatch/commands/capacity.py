@@ -73,7 +73,7 @@ def _analyze(path: str) -> dict[str, Any]:
     if path != "-" and not Path(path).is_file():
         raise UsageError(f"--from-log {path}: no such file; give a saved vLLM log")
     try:
-        from kvwatch.reconcile.analysis import analyze_paths
+        from kvwatch.batch import analyze_paths
     except ImportError:
         raise UsageError("--from-log needs the analyze reader, which this build lacks; use --kv-cache-gib") from None
     doc: dict[str, Any] = analyze_paths([path])

@@ -4,7 +4,7 @@ Wires files -> (log: the analyze reader; scrapes: the metrics parser) -> calibra
 simulator -> a ``kvwatch.simulate/1`` document (CONTRACTS.md) or a table. EVIDENCE is any mix of
 saved vLLM logs and saved ``/metrics`` scrapes, told apart by content. A scrape's instant is the
 "# scraped at t=+Xs" first line a saving script wrote, else the file's modification time.
-``--prometheus`` reads the same history analyze reads (kvwatch.commands.analyze._history: one
+``--prometheus`` reads the same history analyze reads (kvwatch.commands.history.engine_history: one
 query per vLLM series over the range) and turns one engine's samples into the same
 ``EvidencePoint`` records (kvwatch.reconcile.simulate.levers.from_history); a log among EVIDENCE
 still gives the engine's settings, else ``vllm:cache_config_info`` from the history does.
@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from kvwatch import cli_options as opt
+from kvwatch.commands.history import PrometheusQuery, engine_history, prometheus_query
 from kvwatch.errors import UnusableInput, UsageError
 from kvwatch.parse.metrics import read_exposition
 from kvwatch.parse.scrapeseries import read_timing, scraped_at
@@ -122,7 +123,7 @@ def _read_evidence(paths: list[str]) -> tuple[list[str], list[EvidencePoint], li
 def _analyze(logs: list[str]) -> dict[str, Any]:
     if not logs:
         return {}
-    from kvwatch.reconcile.analysis import analyze_paths
+    from kvwatch.batch import analyze_paths
 
     doc: dict[str, Any] = analyze_paths(logs)
     return doc
@@ -172,18 +173,7 @@ def simulate_command(
         str | None, typer.Option("--model", metavar="NAME", help="A catalogue model, for the levers.")
     ] = None,
     output_format: Annotated[Format, typer.Option("--format", help="text or json (kvwatch.simulate/1).")] = Format.text,
-    prometheus: Annotated[
-        str | None,
-        typer.Option("--prometheus", metavar="URL", help="Calibrate on vLLM's series in a Prometheus-compatible API."),
-    ] = None,
-    since: opt.Since = None,
-    start: opt.Start = None,
-    end: opt.End = None,
-    selector: opt.Selector = None,
-    step: opt.Step = None,
-    bearer_token_file: opt.BearerTokenFile = None,
-    ca_file: opt.CaFile = None,
-    insecure: opt.Insecure = False,
+    **prometheus_flags: Any,  # --prometheus URL and its range: commands.history.prometheus_query's
 ) -> None:
     """vLLM's scheduler replayed: calibrated on the evidence, then the workload and each lever simulated."""
     for flag, v in (
@@ -201,13 +191,8 @@ def simulate_command(
         raise UsageError(f"--pool-tokens {pool_tokens}: a KV pool of 0 tokens holds no request; give a positive size")
     if model_config and model:
         raise UsageError("give --model-config FILE or --model NAME, not both")
-    history: tuple[list[EvidencePoint], dict[str, Any], str] | None = None
-    if prometheus:
-        history = _prometheus_points(
-            prometheus, since, start, end, selector, step, bearer_token_file, ca_file, insecure
-        )
-    elif any(v is not None for v in (since, start, end, selector, step, bearer_token_file)):
-        raise UsageError("--since/--start/--end/--selector/--step/--bearer-token-file need --prometheus URL")
+    query = prometheus_query(**prometheus_flags)
+    history = _prometheus_points(query) if query is not None else None
     doc = _build(
         evidence or [],
         users=users,
@@ -225,6 +210,9 @@ def simulate_command(
     )
     text = json.dumps(doc, indent=2) if output_format is Format.json else render_text(doc)
     sys.stdout.write(text + "\n")
+
+
+opt.share_options(simulate_command, prometheus_query)
 
 
 def _apply_flags(
@@ -449,23 +437,12 @@ def _build(
     }
 
 
-def _prometheus_points(
-    url: str,
-    since: str | None,
-    start: str | None,
-    end: str | None,
-    selector: str | None,
-    step: str | None,
-    bearer_token_file: Path | None,
-    ca_file: Path | None,
-    insecure: bool,
-) -> tuple[list[EvidencePoint], dict[str, Any], str]:
+def _prometheus_points(query: PrometheusQuery) -> tuple[list[EvidencePoint], dict[str, Any], str]:
     """One engine's Prometheus history as evidence points, its cache_config_info, and a note."""
-    from kvwatch.commands.analyze import _history
     from kvwatch.reconcile.simulate.levers import from_history
 
-    timelines, info = _history(url, since, start, end, selector, step, bearer_token_file, ca_file, insecure)
-    where = f"{info['url']} {info['start']} .. {info['end']}" + (f" {selector}" if selector else "")
+    timelines, info = engine_history(query)
+    where = f"{info['url']} {info['start']} .. {info['end']}" + (f" {query.selector}" if query.selector else "")
     if not timelines:
         raise UnusableInput(f"{where}: no vLLM series matched; check --selector and the time range")
     evidence = from_history([(tl.engine, [(ts.t, ts.sample) for ts in tl.samples]) for tl in timelines])

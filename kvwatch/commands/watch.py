@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from kvwatch import cli_options as opt
 from kvwatch.errors import UsageError
 from kvwatch.reconcile.saturation import DEFAULT_THRESHOLD, DEFAULT_WINDOW_SECONDS
 from kvwatch.settings import WatchSettings, env_name
@@ -121,32 +122,14 @@ def watch(
     _serve_until_signal(sidecar)
 
 
-def run(
-    ctx: typer.Context,
-    metrics_url: MetricsOpt = None,
-    model_config: ModelConfigOpt = None,
-    model: ModelOpt = None,
-    listen: ListenOpt = None,
-    web_config_file: WebConfigOpt = None,
-    scrape_interval: IntervalOpt = None,
-    scrape_timeout: TimeoutOpt = None,
-    engine_expiry_scrapes: ExpiryOpt = None,
-    bearer_token: TokenOpt = None,
-    insecure: InsecureOpt = False,
-    ca_file: CaOpt = None,
-    window: WindowOpt = None,
-    threshold: ThresholdOpt = None,
-    max_num_seqs: MaxSeqsOpt = None,
-    kv_cache_dtype: DtypeOpt = None,
-    tensor_parallel_size: TpOpt = None,
-) -> None:
+def run(ctx: typer.Context, **flags: Any) -> None:
     """Wrapper mode: start vLLM as a child (after --), pass its output through, read and export it."""
     argv = list(ctx.args)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         raise UsageError("no command to run: kvwatch run [watch options] -- vllm serve MODEL ...")
-    settings = _settings(**{k: v for k, v in locals().items() if k not in ("ctx", "argv")})
+    settings = _settings(**flags)
     from kvwatch.sidecar import build_sidecar, child_process
 
     # Everything that can refuse (settings, model, --listen) is checked before vLLM starts, so a
@@ -165,6 +148,13 @@ def run(
     sidecar.log_finished.wait(timeout=5)
     sidecar.stop()
     raise typer.Exit(code)
+
+
+# What picks the log source of ``watch``: ``run`` reads its child's output instead.
+_LOG_SOURCE_OPTIONS = ("log", "from_start", "state_dir", "replay", "speed")
+
+
+opt.share_options(run, watch, _LOG_SOURCE_OPTIONS)
 
 
 def _serve_until_signal(sidecar: Any) -> None:

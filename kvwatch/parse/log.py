@@ -652,7 +652,21 @@ def _scan_general(text: str, lineno: int) -> LineScan:
     for i, seg in enumerate(segments):
         # A segment cut short by an echo is no stats record a terminal wrapped: nothing joins it.
         _scan_segment(seg, lineno, out, i + 1 == len(segments) and not echoed)
+    if out.process and out.records:
+        _tag_engine(out)
     return out
+
+
+def _tag_engine(out: LineScan) -> None:
+    """Mark the facts a data-parallel engine's own process printed with its rank."""
+    m = P.ENGINE_PROCESS.fullmatch(out.process.rpartition(":")[0])
+    if m is None:
+        return
+    engine = int(m.group(1))
+    for rec in out.records:
+        if type(rec) is FactRecord:
+            # Built moments ago on this line and held by nobody else (as _apply's renumbering).
+            object.__setattr__(rec, "engine", engine)
 
 
 def parse_line(text: str, lineno: int) -> list[LogRecord]:

@@ -60,6 +60,15 @@ ASCTIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[ T:](\d\d):(\d\d):(\d\d(?:[.,]\
 # identifies the process, and without it every remote worker would look like one process.
 PROCESS_PREFIX = re.compile(r"\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*?) pid=(\d+)(?:, ip=[^\s()]+)?\)\s?")
 
+# The process names that belong to one data-parallel engine, and its rank (the N of the stats
+# records' "Engine 00N:", LoggingStatLogger.engine_index). 0.32.0: "EngineCore_DP{rank}" when
+# data_parallel_size > 1, else "EngineCore" (v1/engine/core.py EngineCoreProc.run_engine_core,
+# v1/engine/utils.py CoreEngineProcManager), and its workers "Worker_DP{rank}[_PP.][_TP.]..." (only
+# with DP; v1/executor/multiproc_executor.py WorkerProc, where a bare "Worker_{rank}" is a TP rank).
+# 0.8.x named the engine core "EngineCore_{rank}" (real fixture 016, v0.8.3 with DP).
+# Matched whole against a PROCESS_PREFIX name.
+ENGINE_PROCESS = re.compile(r"(?:EngineCore_(?:DP)?|Worker_DP)(\d+)(?:_[A-Z]+\d+)*")
+
 # A clean stop makes vLLM print errors that are not failures (0.8+: EngineDeadError from
 # the output handler after SIGINT/SIGTERM). These markers say a shutdown has begun.
 SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|Shutting down|received signal|SIGINT|SIGTERM|KeyboardInterrupt")

@@ -2,8 +2,8 @@
 
 ``Analysis`` folds records in input order with bounded state (counters, last/max values, one
 SaturationJudge per engine, a capped list of episodes and errors), so a 4 M-line log needs no more
-memory than a 2 M-line one. ``analyze_paths`` is the whole postmortem in one call (files -> parser
--> this), used by ``kvwatch analyze`` and by other commands (``kvwatch capacity --from-log``).
+memory than a 2 M-line one. The whole postmortem in one call (files -> parser -> this) is
+``kvwatch.batch.analyze_paths``, the batch wiring beside the sidecar's.
 
 Data-parallel engines stay separate: saturation is judged per (input, engine) and nothing averages
 or sums percentages across engines. Values the log does not state stay null; nothing is guessed.
@@ -11,22 +11,12 @@ or sums percentages across engines. Values the log does not state stay null; not
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvwatch.reconcile.causes import ProgressTracker, case_from_document, diagnose
-from kvwatch.reconcile.evidence import (
-    EngineTimeline,
-    EvidenceInputs,
-    MetricsEvidence,
-    ScrapeReading,
-    apply_metrics,
-    infer_years,
-    metrics_evidence,
-    scrape_timelines,
-)
+from kvwatch.reconcile.evidence import EvidenceInputs, MetricsEvidence, apply_metrics
 
 # CAPACITY_KEYS / CONFIG_KEYS: re-exported for modules that imported them from here.
 from kvwatch.reconcile.facts import CAPACITY_KEYS, CONFIG_KEYS, FactsBuilder, ServerFacts  # noqa: F401
@@ -238,7 +228,8 @@ class Analysis:
         self.worst_pool: int | None = None
         self._window = window_seconds
         self._threshold = threshold
-        self._max_num_seqs: int | None = None  # the facts record's max_num_seqs, kept for the hot path
+        # Each engine's max_num_seqs in the current run (its own facts), kept for the hot path.
+        self._max_num_seqs: dict[int | None, int | None] = {}
         # What the levers' simulated outcome calibrates on (kvwatch.reconcile.simulate.levers);
         # None: the log alone (no request sizes).
         self.simulation_evidence: Any = None
@@ -264,11 +255,13 @@ class Analysis:
             elif isinstance(rec, FactRecord):
                 self.server.add(rec)
                 self.progress.on_fact(rec.field, rec.value)
-                self._max_num_seqs = self.server.facts().max_num_seqs
+                self._max_num_seqs.clear()
                 self._open_run(source)
             elif isinstance(rec, RunStartRecord):
                 self.runs += 1
                 self._run_open[source] = True
+                self.server.start_run()
+                self._max_num_seqs.clear()
                 self.progress.on_run_start()
             elif isinstance(rec, PreemptionRecord):
                 self._open_run(source)
@@ -328,7 +321,8 @@ class Analysis:
 
         # ---- saturation of this (input, engine) ----
         state = self._engines.get((source, engine))
-        max_num_seqs = self._max_num_seqs
+        mns = self._max_num_seqs
+        max_num_seqs = mns[engine] if engine in mns else self._engine_max_num_seqs(engine)
         if state is None:
             judge = SaturationJudge(max_num_seqs=max_num_seqs)
             self._configure(judge)
@@ -409,12 +403,16 @@ class Analysis:
                 self.worst.waiting or 0,
             ):
                 self.worst = rec
-                pool = self.server.facts().capacity.kv_cache_tokens
+                pool = self.server.facts_for(engine).capacity.kv_cache_tokens  # this engine's, this run's
                 self.worst_pool = pool if isinstance(pool, int) else None
         elif ep is not None:
             # The episode lasts until the record that shows it over.
             self._close_interval(ep, ts)
             state.episode = None
+
+    def _engine_max_num_seqs(self, engine: int | None) -> int | None:
+        value = self._max_num_seqs[engine] = self.server.facts_for(engine).max_num_seqs
+        return value
 
     def _configure(self, judge: SaturationJudge) -> None:
         if self._window is not None:
@@ -594,7 +592,7 @@ class Analysis:
         evidence the document holds (``requests``, ``preemptions.from_metrics`` ... when present):
         call it again after adding evidence to the document."""
         saturation = verdict or self.verdict()
-        case = case_from_document(doc, self.server, self.progress, saturation, self.worst, self.worst_pool)
+        case = case_from_document(doc, self.server.facts(), self.progress, saturation, self.worst, self.worst_pool)
         # The levers are sized from the best request-size evidence (histograms, else pool x usage /
         # running), which the capacity model reads as requests.p95_tokens.
         sized = doc
@@ -637,79 +635,3 @@ def _histogram_basis(requests: Any) -> dict[str, Any] | None:
     if shape is None:
         return None
     return {"prompt_tokens": shape.prompt_tokens, "output_tokens": shape.output_tokens, "source": "metrics"}
-
-
-def analyze_paths(
-    paths: list[str],
-    *,
-    model: str | None = None,
-    progress: Callable[[int], None] | None = None,
-    jobs: int | None = None,
-    timelines: list[EngineTimeline] | None = None,
-    prometheus: dict[str, Any] | None = None,
-    cache_configs: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The analyze document for saved vLLM logs (plain, ``.gz`` or ``-`` for stdin), in order.
-
-    Saved ``/metrics`` scrapes among ``paths`` are recognised by content and read as metrics
-    evidence; ``timelines`` (with ``prometheus``, the query that gave them) is Prometheus history.
-    ``model`` (a name or a config.json path) goes to ``levers_hook``. ``progress`` is called with
-    the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
-    """
-    from kvwatch.parse.metrics import parse_exposition
-    from kvwatch.parse.scrapes import creation_stamp, looks_like_exposition
-    from kvwatch.sources.files import check_path, iter_logs, paused_gc  # local: importable without I/O
-    from kvwatch.sources.saved_scrapes import read_head, read_scrape
-
-    for path in paths:
-        check_path(path)
-    heads = {p: read_head(p) for p in paths}
-    scrape_paths = [p for p in paths if (head := heads[p]) is not None and looks_like_exposition(head)]
-    log_paths = [p for p in paths if p not in scrape_paths]
-    analysis = Analysis()
-    with paused_gc():
-        for log in iter_logs(log_paths, progress=progress, jobs=jobs):
-            source = log.path if len(log_paths) > 1 else None
-            for batch in log.batches():
-                analysis.add(batch, source=source)
-            analysis.add_input(log.path, log.lines, log.bytes)
-    readings = []
-    scrape_texts: list[tuple[str, float | None, Any]] = []
-    for path in scrape_paths:
-        scrape = read_scrape(path)
-        reading = ScrapeReading(path, scrape.mtime, creation_stamp(scrape.text), parse_exposition(scrape.text))
-        readings.append(reading)
-        scrape_texts.append((scrape.text, scrape.mtime, reading.snapshot))
-        analysis.add_input(path, scrape.text.count("\n"), scrape.nbytes)
-    all_timelines = list(timelines or [])
-    time_source = "prometheus" if timelines else None
-    if readings:
-        from_scrapes, time_source = scrape_timelines(readings)
-        all_timelines += from_scrapes
-    metrics = None
-    if all_timelines:
-        metrics = metrics_evidence(all_timelines, max_num_seqs=analysis._max_num_seqs)
-    configs = [*(cache_configs or []), *(r.snapshot.cache_config for r in readings)]
-    inputs = EvidenceInputs(
-        scrapes=len(readings), prometheus=prometheus, time_source=time_source, cache_configs=tuple(configs)
-    )
-    analysis.simulation_evidence = _simulation_evidence(scrape_texts, timelines)
-    doc = analysis.document(model, (metrics, inputs))
-    created = [r.created for r in readings if r.created is not None]
-    mtimes = [os.path.getmtime(p) for p in log_paths if p != "-" and os.path.isfile(p)]
-    infer_years(doc, created=min(created) if created else None, log_mtime=max(mtimes) if mtimes else None)
-    return doc
-
-
-def _simulation_evidence(scrapes: list[tuple[str, float | None, Any]], timelines: list[EngineTimeline] | None) -> Any:
-    """What the levers' simulation calibrates on: the saved scrapes, else the Prometheus history."""
-    if not scrapes and not timelines:
-        return None
-    from kvwatch.reconcile.simulate import levers as simulated
-
-    if scrapes:
-        mtimes = [m for _t, m, _s in scrapes]
-        # Equal modification times (a checkout, a copy) say nothing about when each was taken.
-        known = len(set(mtimes)) == len(mtimes)
-        return simulated.from_scrapes([(t, m if known else None, s) for t, m, s in scrapes])
-    return simulated.from_history([(tl.engine, [(ts.t, ts.sample) for ts in tl.samples]) for tl in timelines or []])

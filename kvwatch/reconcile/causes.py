@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from kvwatch.reconcile import facts as F
+from kvwatch.reconcile.facts import ServerFacts, as_number
 from kvwatch.records import ErrorRecord, LogTime, StatsRecord
 
 # vLLM's stats interval, the time base between two records when the log has no timestamps: V1
@@ -39,11 +41,9 @@ MAX_ERRORS = 50  # errors kept in order for the rules (the document keeps its ow
 # --------------------------------------------------------------------------------------------
 
 
-class FactLookup(Protocol):
-    """The server's stated facts by dotted field (a dict, or the facts builder's ``get``)."""
-
-    def get(self, field: str, /) -> Any:
-        """The last value stated for ``field``, None if none."""
+def _stated(value: Any) -> Any:
+    """A stated fact as the rules read it: a boolean is no size, count or name (None)."""
+    return None if isinstance(value, bool) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,19 +156,19 @@ class ProgressTracker:
 
     def on_fact(self, name: str, value: object) -> None:
         """A startup fact: tracks CUDA-graph capture (kvwatch.parse.logpatterns graph_capture_*)."""
-        if name != "runtime.serving":
+        if name != F.SERVING:
             self.runs_starting.add(self.run)  # every other fact comes from a startup line
-        if name == "capacity.kv_cache_memory_gib" and isinstance(value, int | float) and not isinstance(value, bool):
+        if name == F.KV_CACHE_MEMORY and isinstance(value, int | float) and not isinstance(value, bool):
             low = self.kv_memory_min_in_run
             self.kv_memory_min_in_run = float(value) if low is None else min(low, float(value))
-        if name == "startup.graph_capture":
+        if name == F.GRAPH_CAPTURE_STARTED:
             self.capturing = True
-        elif name == "capacity.cuda_graph_gib":  # "Graph capturing finished ..., took X GiB"
+        elif name == F.GRAPH_CAPTURE_FINISHED:  # "Graph capturing finished ..., took X GiB"
             # Capture runs after the KV cache is allocated, so the start passed vLLM's KV checks.
             self.capturing = False
             self.ready_in_run = True
             self.runs_going.add(self.run)
-        elif name in ("startup.ready", "runtime.serving"):  # "init engine ... took", "output_handler failed"
+        elif name in (F.ENGINE_READY, F.SERVING):  # "init engine ... took", "output_handler failed"
             self.ready_in_run = True
             self.runs_going.add(self.run)
 
@@ -304,20 +304,19 @@ class Case:
 
     saturation: str  # the saturation verdict (memory_bound ... idle, unknown)
     doc: Mapping[str, Any]
-    facts: FactLookup
+    facts: ServerFacts  # what the server stated (kvwatch.reconcile.facts): rules read its attributes
     progress: ProgressTracker
     worst: StatsRecord | None = None  # the memory-bound record with the highest KV usage
     worst_pool: int | None = None
 
     def fact(self, name: str) -> Any:
-        """A startup fact (last value seen), or None."""
-        value = self.facts.get(name)
-        return None if isinstance(value, bool) else value
+        """A startup fact by its dotted document field, or None: for a row written against those
+        names (``ServerFacts.stated``); the rules here read ``self.facts`` attributes."""
+        return _stated(self.facts.stated(name))
 
     def num(self, name: str) -> float | None:
-        """A numeric startup fact, or None."""
-        value = self.fact(name)
-        return float(value) if isinstance(value, int | float) else None
+        """A numeric startup fact by its dotted document field, or None (see ``fact``)."""
+        return as_number(self.fact(name))
 
     def section(self, *path: str) -> Any:
         """A nested key of the document (``requests``, ``preemptions.from_metrics`` ...), or None."""
@@ -335,10 +334,13 @@ class Case:
     # ---- derived figures, each from the best evidence -----------------------------------------
     def pool_tokens(self) -> int | None:
         """The KV pool in tokens: vLLM's printed size, else blocks x block size."""
-        tokens = self.num("capacity.kv_cache_tokens")
+        tokens = as_number(self.facts.capacity.kv_cache_tokens)
         if tokens:
             return int(tokens)
-        blocks, size = self.num("capacity.gpu_blocks"), self.num("capacity.block_size") or self.num("config.block_size")
+        blocks, size = (
+            as_number(self.facts.capacity.gpu_blocks),
+            as_number(self.facts.capacity.block_size) or as_number(self.facts.config.block_size),
+        )
         if blocks and size:
             return int(blocks * size)
         cc = self.section("cache_config")
@@ -348,7 +350,7 @@ class Case:
 
     def version(self) -> tuple[int, ...] | None:
         """vLLM's version as the log states it, (major, minor, patch), or None."""
-        m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(self.fact("config.vllm_version") or ""))
+        m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(_stated(self.facts.config.vllm_version) or ""))
         return tuple(int(g or 0) for g in m.groups()) if m else None
 
     def preemptions(self) -> tuple[int | None, str, bool]:
@@ -467,9 +469,9 @@ def _max_model_len_exceeds_pool(case: Case) -> Match | None:
     # 0.6.3+ prints "Maximum concurrency for N tokens per request: R x" before that check, so R < 1
     # (and > 0) is the same failure known from the numbers alone.
     errs = _start_errors(case, "kv_insufficient")
-    mml = case.num("config.max_seq_len") or case.num("capacity.max_concurrency.tokens_per_request")
+    mml = as_number(case.facts.config.max_seq_len) or as_number(case.facts.capacity.max_concurrency_tokens_per_request)
     pool = case.pool_tokens()
-    ratio = case.num("capacity.max_concurrency.ratio")
+    ratio = as_number(case.facts.capacity.max_concurrency_ratio)
     ev: list[dict[str, Any]] = []
     if errs:
         ev.append(_ev("start error", errs[0].message, ts=errs[0].ts))
@@ -477,7 +479,7 @@ def _max_model_len_exceeds_pool(case: Case) -> Match | None:
     # num_gpu_blocks x block_size (executor_base.py, worker.py). V1 prints "KV cache size: N tokens"
     # and its ratio AFTER check_enough_kv_cache_memory passed, and a sliding-window or hybrid model
     # starts with a ratio below 1 (a real 0.8 Gemma 3 start: 0.21x, then graph capture and serving).
-    v0_numbers = case.num("capacity.kv_cache_tokens") is None and _never_served(case)
+    v0_numbers = as_number(case.facts.capacity.kv_cache_tokens) is None and _never_served(case)
     if ratio is not None and 0 < ratio < 1 and v0_numbers:
         ev.append(_ev("max concurrency at max_model_len", ratio))
     if pool and mml and pool < mml and v0_numbers:
@@ -513,12 +515,12 @@ def _no_kv_memory(case: Case) -> Match | None:
     errs = _start_errors(case, "no_kv_memory")
     if errs:
         ev.append(_ev("start error", errs[0].message, ts=errs[0].ts))
-    kv = case.num("capacity.kv_cache_memory_gib")
+    kv = as_number(case.facts.capacity.kv_cache_memory_gib)
     low = case.progress.kv_memory_min_in_run
     if low is not None and (kv is None or low < kv):
         kv = low  # the worker with the least: vLLM checks each one
-    blocks = case.num("capacity.gpu_blocks")
-    ratio = case.num("capacity.max_concurrency.ratio")
+    blocks = as_number(case.facts.capacity.gpu_blocks)
+    ratio = as_number(case.facts.capacity.max_concurrency_ratio)
     if _never_served(case):
         if kv is not None and kv <= 0:
             ev.append(_ev("KV cache memory (GiB)", kv))
@@ -528,9 +530,9 @@ def _no_kv_memory(case: Case) -> Match | None:
             ev.append(_ev("max concurrency", ratio))
     if not ev:
         return None
-    weights = case.num("capacity.weights_gib")
-    util = case.num("config.gpu_memory_utilization")
-    total = case.num("memory.total_gib")
+    weights = as_number(case.facts.capacity.weights_gib)
+    util = as_number(case.facts.config.gpu_memory_utilization)
+    total = as_number(case.facts.memory.total_gib)
     parts = []
     if weights is not None:
         parts.append(f"the weights take {_g(weights)} GiB")
@@ -540,7 +542,7 @@ def _no_kv_memory(case: Case) -> Match | None:
     figure = f" ({_g(kv)} GiB)" if kv is not None and kv <= 0 else ""
     # 0.20+ subtracts the CUDA-graph estimate from the budget before the check (gpu_worker.py
     # determine_available_memory; on by default from 0.21): a share of the shortfall the log names.
-    estimate = case.num("capacity.cuda_graph_estimate_gib")
+    estimate = as_number(case.facts.capacity.cuda_graph_estimate_gib)
     graphs = ""
     if estimate is not None and estimate > 0:
         graphs = (
@@ -561,11 +563,11 @@ def _other_process(case: Case) -> Match | None:
     # included): more than the weights plus the share vLLM leaves to others ((1 - utilization) x
     # total) is memory this server does not own, and it shrinks the pool or stops the start.
     errs = case.errors("startup_memory")
-    total = case.num("memory.total_gib")
-    util = case.num("config.gpu_memory_utilization")
-    free = case.num("memory.startup_free_gib")
-    initial = case.num("memory.initial_usage_gib")
-    weights = case.num("capacity.weights_gib")
+    total = as_number(case.facts.memory.total_gib)
+    util = as_number(case.facts.config.gpu_memory_utilization)
+    free = as_number(case.facts.memory.startup_free_gib)
+    initial = as_number(case.facts.memory.initial_usage_gib)
+    weights = as_number(case.facts.capacity.weights_gib)
     ev: list[dict[str, Any]] = []
     held: float | None = None
     if errs and "profiling" not in errs[0].message:
@@ -601,11 +603,11 @@ def _failed_start(m: Match | None) -> Match | None:
 
 
 def _graph_memory(case: Case) -> tuple[float | None, str]:
-    for name, what in (
-        ("capacity.cuda_graph_estimate_gib", "CUDA graph memory estimate"),
-        ("capacity.cuda_graph_gib", "CUDA graph memory"),
+    for stated, what in (
+        (case.facts.capacity.cuda_graph_estimate_gib, "CUDA graph memory estimate"),
+        (case.facts.capacity.cuda_graph_gib, "CUDA graph memory"),
     ):
-        value = case.num(name)
+        value = as_number(stated)
         if value is not None:
             return value, what
     return None, ""
@@ -620,7 +622,7 @@ def _graph_estimate_wrong(case: Case) -> Match | None:
     value, what = _graph_memory(case)
     if value is None:
         return None
-    total, util = case.num("memory.total_gib"), case.num("config.gpu_memory_utilization")
+    total, util = as_number(case.facts.memory.total_gib), as_number(case.facts.config.gpu_memory_utilization)
     if value < 0:
         why = "negative: free memory grew while vLLM measured it, so the accounting is wrong"
     elif total is not None and util is not None and value > total * util:
@@ -664,7 +666,9 @@ def _start_oom(case: Case) -> Match | None:
     if not errs:
         return None
     e = errs[0]
-    where = "during startup" + ("" if case.num("capacity.weights_gib") is not None else " (no weights line before it)")
+    where = "during startup" + (
+        "" if as_number(case.facts.capacity.weights_gib) is not None else " (no weights line before it)"
+    )
     if "warming up" in e.message:  # V1 gpu_model_runner.py _dummy_sampler_run: max_num_seqs dummy requests
         where = "warming up the sampler with max_num_seqs dummy requests"
     return Match(f"failed start: out of memory {where}", (_ev("OOM at start", e.message, ts=e.ts),))
@@ -856,7 +860,7 @@ def _seq_limit(case: Case) -> Match | None:
     # stops admitting at len(self.running) == self.max_num_running_reqs).
     if case.saturation != "seq_bound":
         return None
-    mns = case.fact("config.max_num_seqs")
+    mns = _stated(case.facts.config.max_num_seqs)
     mx = case.section("stats", "max") or {}
     peak = mx.get("kv_usage_pct")
     return Match(
@@ -1135,7 +1139,7 @@ def diagnose(case: Case, levers: Callable[[], list[Any]] | None = None) -> dict[
     }
 
 
-def live_cause(facts: FactLookup, progress: ProgressTracker, state: str) -> str:
+def live_cause(facts: ServerFacts, progress: ProgressTracker, state: str) -> str:
     """The cause id of the sidecar's current state (``kvwatch_diagnosis{cause}``): the same table
     over the facts and tracker the live state keeps (no document: only the id is exported)."""
     return classify(Case(state, {}, facts, progress))[0].id
@@ -1147,10 +1151,10 @@ def fallback_levers(case: Case) -> list[dict[str, Any]]:
     pool = case.worst_pool or case.pool_tokens()
     req, basis = case.request_tokens()
     base = pool / req if pool and req else None
-    kv_gib = case.num("capacity.kv_cache_memory_gib")
-    weights = case.num("capacity.weights_gib")
-    total = case.num("memory.total_gib")
-    kv_dtype = str(case.fact("config.kv_cache_dtype") or "auto")
+    kv_gib = as_number(case.facts.capacity.kv_cache_memory_gib)
+    weights = as_number(case.facts.capacity.weights_gib)
+    total = as_number(case.facts.memory.total_gib)
+    kv_dtype = str(_stated(case.facts.config.kv_cache_dtype) or "auto")
 
     def row(lever: str, multiplier: float | None, note: str) -> dict[str, Any]:
         conc = base * multiplier if base is not None and multiplier is not None else None
@@ -1200,7 +1204,7 @@ def fallback_levers(case: Case) -> list[dict[str, Any]]:
 
 def case_from_document(
     doc: Mapping[str, Any],
-    facts: FactLookup,
+    facts: ServerFacts,
     progress: ProgressTracker,
     saturation: str,
     worst: StatsRecord | None = None,

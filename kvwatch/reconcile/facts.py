@@ -70,6 +70,18 @@ class StatedCapacity:
     computed_gpu_blocks: FactValue = None
     max_concurrency_tokens_per_request: FactValue = None
     max_concurrency_ratio: FactValue = None
+    # Not in the analyze document's capacity object; the cause table reads them.
+    cuda_graph_gib: FactValue = None  # "Graph capturing finished in N secs, took X GiB"
+    cuda_graph_estimate_gib: FactValue = None  # the profiler's CUDA-graph memory estimate
+
+
+@dataclass(frozen=True, slots=True)
+class StatedMemory:
+    """The device memory vLLM's startup profile printed (the cause table's start-up checks)."""
+
+    total_gib: FactValue = None
+    startup_free_gib: FactValue = None
+    initial_usage_gib: FactValue = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +110,20 @@ FIELDS: dict[str, tuple[str, str]] = {
     **{f"capacity.{k}": ("capacity", k) for k in CAPACITY_KEYS},
     "capacity.max_concurrency.tokens_per_request": ("capacity", "max_concurrency_tokens_per_request"),
     "capacity.max_concurrency.ratio": ("capacity", "max_concurrency_ratio"),
+    "capacity.cuda_graph_gib": ("capacity", "cuda_graph_gib"),
+    "capacity.cuda_graph_estimate_gib": ("capacity", "cuda_graph_estimate_gib"),
     **{f"config.{k}": ("config", k) for k in CONFIG_KEYS},
+    **{f"memory.{f.name}": ("memory", f.name) for f in fields(StatedMemory)},
 }
+
+# Facts that mark a point of the server's start rather than state a value (kvwatch.parse.logpatterns
+# rows graph_capture_*, init_engine, output_handler): the cause table's ProgressTracker reads their
+# order, not their value. Named here so that no other module spells a dotted field.
+GRAPH_CAPTURE_STARTED = "startup.graph_capture"
+GRAPH_CAPTURE_FINISHED = "capacity.cuda_graph_gib"  # capture runs after the KV cache is allocated
+ENGINE_READY = "startup.ready"
+SERVING = "runtime.serving"
+KV_CACHE_MEMORY = "capacity.kv_cache_memory_gib"
 
 
 def _section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -137,6 +161,7 @@ class ServerFacts:
 
     capacity: StatedCapacity = StatedCapacity()
     config: StatedConfig = StatedConfig()
+    memory: StatedMemory = StatedMemory()
     cache_config: tuple[tuple[str, FactValue], ...] = ()
     flag_kv_cache_dtype: str | None = None
     flag_tensor_parallel_size: int | None = None
@@ -147,20 +172,18 @@ class ServerFacts:
     @classmethod
     def from_fields(cls, facts: Mapping[str, Any], cache_config: Mapping[str, Any] | None = None) -> ServerFacts:
         """From dotted fields (``{"capacity.gpu_blocks": 1478}``) and cache_config_info labels."""
-        capacity: dict[str, Any] = {}
-        config: dict[str, Any] = {}
+        sections: dict[str, dict[str, Any]] = {"capacity": {}, "config": {}, "memory": {}}
         extra: list[tuple[str, Any]] = []
         for key, value in facts.items():
             where = FIELDS.get(key)
             if where is None:
                 extra.append((key, value))
-            elif where[0] == "capacity":
-                capacity[where[1]] = value
             else:
-                config[where[1]] = value
+                sections[where[0]][where[1]] = value
         return cls(
-            StatedCapacity(**capacity),
-            StatedConfig(**config),
+            StatedCapacity(**sections["capacity"]),
+            StatedConfig(**sections["config"]),
+            StatedMemory(**sections["memory"]),
             tuple(sorted((cache_config or {}).items())),
             extra=tuple(extra),
         )
@@ -201,6 +224,19 @@ class ServerFacts:
 
     # ---------------------------------------------------------------- derived values
 
+    def stated(self, field: str) -> FactValue:
+        """One fact by its dotted analyze-document field (``"capacity.gpu_blocks"``), or None.
+
+        For code written against those names (FIELDS); everything else reads the attributes.
+        """
+        where = FIELDS.get(field)
+        if where is not None:
+            return getattr(getattr(self, where[0]), where[1])  # type: ignore[no-any-return]
+        for key, value in self.extra:
+            if key == field:
+                return value
+        return None
+
     def metric(self, name: str) -> FactValue:
         """One cache_config_info label's typed value (None when /metrics did not state it)."""
         for key, value in self.cache_config:
@@ -211,7 +247,12 @@ class ServerFacts:
     @property
     def empty(self) -> bool:
         """Nothing stated yet (no startup line, no cache_config_info)."""
-        return self.capacity == StatedCapacity() and self.config == StatedConfig() and not self.cache_config
+        return (
+            self.capacity == StatedCapacity()
+            and self.config == StatedConfig()
+            and self.memory == StatedMemory()
+            and not self.cache_config
+        )
 
     @property
     def block_size(self) -> int | None:
@@ -324,29 +365,54 @@ class ServerFacts:
 
 
 class FactsBuilder:
-    """Folds FactRecords and cache_config_info into one ``ServerFacts`` (rebuilt only on change).
+    """Folds FactRecords and cache_config_info into ``ServerFacts``, per (server run, engine).
 
-    The analyze document keeps the last value seen of each field; so does this.
+    Each server start (``start_run``, on a RunStartRecord) opens a run; a fact belongs to the run it
+    was printed in and, when a data-parallel engine's own process printed it
+    (``FactRecord.engine``), to that engine. ``facts_for(engine)`` is what that engine stated in
+    the run, over what its run stated without naming an engine, over earlier runs' facts where the
+    run did not restate them; an engine that printed nothing of its own reads its run's last
+    values. ``facts()`` keeps the analyze document's rule: the last value seen of each field.
+    Records are rebuilt only on change.
     """
 
-    __slots__ = ("_cache_config", "_facts", "_fields")
+    __slots__ = ("_cache", "_cache_config", "_facts", "_fields", "_runs")
 
     def __init__(self) -> None:
         self._fields: dict[str, FactValue] = {}
         self._cache_config: dict[str, FactValue] = {}
         self._facts: ServerFacts | None = ServerFacts()
+        # Per run: (every fact of the run, last value; each engine's own facts).
+        self._runs: list[tuple[dict[str, FactValue], dict[int, dict[str, FactValue]]]] = [({}, {})]
+        self._cache: dict[tuple[int, int | None], ServerFacts] = {}
 
     def add(self, record: FactRecord) -> None:
         """One startup fact from the log."""
-        if self._fields.get(record.field, _MISSING) != record.value:
+        run, engines = self._runs[-1]
+        own = engines.setdefault(record.engine, {}) if record.engine is not None else None
+        changed = self._fields.get(record.field, _MISSING) != record.value
+        changed |= run.get(record.field, _MISSING) != record.value
+        if own is not None:
+            changed |= own.get(record.field, _MISSING) != record.value
+            own[record.field] = record.value
+        if changed:
             self._fields[record.field] = record.value
+            run[record.field] = record.value
             self._facts = None
+            self._cache.clear()
+
+    def start_run(self) -> None:
+        """A new server start: the facts that follow are this run's."""
+        if self._runs[-1] != ({}, {}):
+            self._runs.append(({}, {}))
+            self._cache.clear()
 
     def set_cache_config(self, labels: Mapping[str, FactValue]) -> None:
         """The latest scrape's cache_config_info labels (replacing the previous scrape's)."""
         if dict(labels) != self._cache_config:
             self._cache_config = dict(labels)
             self._facts = None
+            self._cache.clear()
 
     def get(self, field: str) -> FactValue:
         """One dotted field's last value (for fields outside ServerFacts, e.g. a new parser row)."""
@@ -357,11 +423,30 @@ class FactsBuilder:
         """Anything stated at all (a startup fact or cache_config_info)."""
         return bool(self._fields or self._cache_config)
 
+    @property
+    def runs(self) -> int:
+        """Server runs seen so far (1 before any restart)."""
+        return len(self._runs)
+
     def facts(self) -> ServerFacts:
-        """The record for everything folded so far."""
+        """The record for everything folded so far (the last value of each field)."""
         if self._facts is None:
             self._facts = ServerFacts.from_fields(self._fields, self._cache_config)
         return self._facts
+
+    def facts_for(self, engine: int | None, run: int | None = None) -> ServerFacts:
+        """What ``engine`` (a DP rank; None: not named) stated in ``run`` (default: the latest)."""
+        index = len(self._runs) - 1 if run is None else min(max(run, 0), len(self._runs) - 1)
+        key = (index, engine)
+        cached = self._cache.get(key)
+        if cached is None:
+            merged: dict[str, FactValue] = {}
+            for every, own in self._runs[: index + 1]:
+                merged.update(every)
+                if engine is not None and engine in own:
+                    merged.update(own[engine])
+            cached = self._cache[key] = ServerFacts.from_fields(merged, self._cache_config)
+        return cached
 
 
 _MISSING = object()

@@ -262,6 +262,7 @@ class LiveState:
                 eng.pending_preemptions += 1
         elif isinstance(record, RunStartRecord):
             self._count("run_start")
+            self.server.start_run()
             for eng in self.engines.values():
                 eng.preempt_metrics.restarted()
                 eng.preempt_log.restarted()
@@ -321,8 +322,7 @@ class LiveState:
 
     def whatif_inputs(self) -> list[tuple[str, ServerFacts, tuple[EvidencePoint, ...]]]:
         """Per engine: the facts and the window's evidence points, copied (a recompute runs unlocked)."""
-        facts = self.facts()
-        return [(key, facts, tuple(eng.evidence)) for key, eng in sorted(self.engines.items())]
+        return [(key, self.engine_facts(eng), tuple(eng.evidence)) for key, eng in sorted(self.engines.items())]
 
     def set_whatif(self, engine: str, outcomes: tuple[tuple[str, float, float | None], ...]) -> None:
         """Store one engine's recomputed what-ifs (empty: none known; the gauges go absent)."""
@@ -398,15 +398,22 @@ class LiveState:
         """What the server stated about itself so far (log facts and cache_config_info)."""
         return self.server.facts()
 
-    def max_num_seqs(self) -> int | None:
-        """vLLM's max_num_seqs: the override, the log's args, or None."""
+    def engine_facts(self, eng: _Engine | None) -> ServerFacts:
+        """What one engine stated in the current server run: its own data-parallel lines over the
+        run's (kvwatch.reconcile.facts.FactsBuilder.facts_for); the server's without an engine."""
+        if eng is None:
+            return self.facts()
+        return self.server.facts_for(int(eng.engine) if eng.engine.isdigit() else None)
+
+    def max_num_seqs(self, eng: _Engine | None = None) -> int | None:
+        """vLLM's max_num_seqs: the override, the (engine's) log args, or None."""
         if self._max_num_seqs_override is not None:
             return self._max_num_seqs_override
-        return self.facts().max_num_seqs
+        return self.engine_facts(eng).max_num_seqs
 
-    def pool_tokens(self) -> dict[str, float]:
-        """Pool size in tokens by source: log, metrics, config (expected)."""
-        facts = self.facts()
+    def pool_tokens(self, eng: _Engine | None = None) -> dict[str, float]:
+        """Pool size in tokens by source: log, metrics, config (expected); one engine's with ``eng``."""
+        facts = self.engine_facts(eng)
         out: dict[str, float] = {}
         if facts.log_pool_tokens is not None:
             out["log"] = facts.log_pool_tokens
@@ -480,7 +487,7 @@ class LiveState:
         """pool x usage / running: what the running requests held on average at the last stats
         record that had any (log only); the same record analyze's what-if basis reads."""
         stats = eng.busy_stats
-        pool = self.pool_tokens()
+        pool = self.pool_tokens(eng)
         tokens = pool.get("log") or pool.get("metrics")
         if not stats or not tokens or not stats.running or stats.kv_usage_pct is None:
             return {}
@@ -504,7 +511,7 @@ class LiveState:
             shape = request_from_histograms(parts[0], parts[1])
             if shape is not None:
                 return shape
-        pool = self.pool_tokens()
+        pool = self.pool_tokens(eng)
         return request_from_stats(pool.get("log") or pool.get("metrics"), eng.busy_stats)
 
     def expected(self) -> Expected | None:
@@ -527,16 +534,18 @@ class LiveState:
         )
         facts = self.facts()
         engines = self.engines or ({"0": self._engine("0")} if self.server.stated else {})
-        pool = self.pool_tokens()
         bpt = self.bytes_per_token()
-        kv_bytes = facts.kv_memory_bytes
-        mns = self.max_num_seqs()
         expected = self.expected()
         ratios = tuple(sorted(self.reconcile_ratios().items()))  # server-wide, computed once per render
         views = []
         for eng in sorted(engines.values(), key=lambda e: e.engine):
+            # The engine's own facts (a DP rank prints its own pool), else the server's.
+            own = self.engine_facts(eng)
+            mns = self.max_num_seqs(eng)
+            pool = self.pool_tokens(eng)
+            kv_bytes = own.kv_memory_bytes
             pool_bytes: list[tuple[str, float]] = []
-            if kv_bytes is not None and facts.override_blocks is None:
+            if kv_bytes is not None and own.override_blocks is None:
                 # With --num-gpu-blocks-override the memory figure is what was available, not the pool.
                 pool_bytes.append(("log", kv_bytes))
             if bpt.get("config") and pool.get("config"):
@@ -577,7 +586,7 @@ class LiveState:
                     state=eng.state,
                     preemptions=preemptions,
                     last_stats_at=eng.log_stats_at,
-                    cause=live_cause(self.server, self.progress, eng.state or "unknown"),
+                    cause=live_cause(facts, self.progress, eng.state or "unknown"),
                     whatif_waiting=tuple((name, waiting) for name, waiting, _p in eng.whatif),
                     whatif_preemptions_per_100=tuple((name, p) for name, _w, p in eng.whatif if p is not None),
                 )
@@ -694,7 +703,7 @@ class LiveState:
         return None, None, None
 
     def _judge(self, eng: _Engine, now: float) -> list[Event]:
-        eng.judge.max_num_seqs = self.max_num_seqs()
+        eng.judge.max_num_seqs = self.max_num_seqs(eng)
         running, waiting, kv = self._observed(eng, now)
         capacity = None
         if self._metrics_fresh(eng, now) and eng.scrape is not None:
