@@ -11,10 +11,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,6 +32,44 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class MetricsEndpoint:
+    """A local vLLM-like ``/metrics``: each GET is answered with ``body()`` (404 on other paths)
+    once ``start()`` has run; ``port`` is known from construction, for a scrape config."""
+
+    def __init__(self, body: Callable[[], bytes]) -> None:
+        self.body = body
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != "/metrics":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                text = body()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> None:
+        """Serve from now on."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop serving (shutdown() would wait forever for a loop that never started)."""
+        if self.thread.is_alive():
+            self.server.shutdown()
+        self.server.server_close()
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = EVENT_CEILING_SECONDS, what: str = "condition") -> None:

@@ -29,7 +29,7 @@ import yaml
 
 from tests.conftest import FIXTURES, require_binary
 from tests.e2e.server import free_port, start_process, stop_process_tree, wait_for_http_ok
-from tests.helpers import run
+from tests.helpers import MetricsEndpoint, run
 
 SEED = FIXTURES / "vllm-cpu-seed"
 SCRAPES = [*sorted(SEED.glob("metrics-[0-9]*.prom")), SEED / "metrics-final.prom"]
@@ -37,40 +37,19 @@ SHORT = 9  # scrapes the second target replays
 READY_SECONDS = 120.0  # generous: the machine is shared
 
 
-class ReplayServer:
+class ReplayServer(MetricsEndpoint):
     """Serves the given recorded scrapes one per GET /metrics, then the last one forever."""
 
     def __init__(self, scrapes: list[bytes]) -> None:
         self.scrapes = scrapes
         self.served = 0
-        outer = self
+        super().__init__(self._next)
+        self.start()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path != "/metrics":
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                body = outer.scrapes[min(outer.served, len(outer.scrapes) - 1)]
-                outer.served += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        """Stop serving."""
-        self.server.shutdown()
-        self.server.server_close()
+    def _next(self) -> bytes:
+        body = self.scrapes[min(self.served, len(self.scrapes) - 1)]
+        self.served += 1
+        return body
 
 
 def _query(url: str, expr: str) -> list[dict[str, Any]]:

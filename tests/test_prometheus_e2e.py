@@ -19,11 +19,9 @@ the real-vLLM harness's process-tree stop, tests/e2e/server.py).
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ import yaml
 from tests.conftest import FIXTURES, ROOT, require_binary
 from tests.e2e.server import StartedProcess, free_port, start_process, stop_process_tree, wait_for_http_ok
 from tests.generated_files import DASHBOARDS, GEN, queries
+from tests.helpers import MetricsEndpoint
 
 SEED = FIXTURES / "vllm-cpu-seed"
 SPEED = 5.0  # the 264 s log replays in about 53 s; the memory-bound stretch (140 s) in 28 s
@@ -74,41 +73,19 @@ def test_recorded_metrics_follow_the_replay_clock(log_seconds: float, expected: 
     assert scrape_at(scrapes, log_seconds) == (SEED / f"{expected}.prom").read_bytes()
 
 
-class RecordedVllm:
+class RecordedVllm(MetricsEndpoint):
     """vLLM's /metrics as recorded, advancing at SPEED x the recorded pace from start()."""
 
     def __init__(self, speed: float) -> None:
         self.scrapes = recorded_scrapes()
         self.speed = speed
         self.started = time.monotonic()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = scrape_at(outer.scrapes, (time.monotonic() - outer.started) * outer.speed)
-                self.send_response(200 if self.path == "/metrics" else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(lambda: scrape_at(self.scrapes, (time.monotonic() - self.started) * self.speed))
 
     def start(self) -> None:
         """Serve from now on; the clock starts now."""
         self.started = time.monotonic()
-        self.thread.start()
-
-    def stop(self) -> None:
-        """Stop serving (shutdown() would wait forever for a loop that never started)."""
-        if self.thread.is_alive():
-            self.server.shutdown()
-        self.server.server_close()
+        super().start()
 
 
 @dataclass

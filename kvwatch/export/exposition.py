@@ -12,10 +12,8 @@ import math
 from dataclasses import dataclass
 
 from kvwatch.reconcile.causes import CAUSE_IDS
-from kvwatch.reconcile.live import LiveState, LiveView
+from kvwatch.reconcile.live import Labels, LiveState, LiveView
 from kvwatch.reconcile.saturation import STATES, SaturationState
-
-Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)

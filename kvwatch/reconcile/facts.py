@@ -15,7 +15,7 @@ block), then kvwatch's own flags (what the operator says the server runs with).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kvwatch.records import FactRecord
@@ -24,36 +24,7 @@ GIB = 1 << 30
 
 FactValue = str | int | float | bool | None
 
-# The analyze document's capacity.* and config.* keys, in the order docs/contracts.md lists them.
-CAPACITY_KEYS = (
-    "device",
-    "gpu_blocks",
-    "cpu_blocks",
-    "block_size",
-    "kv_cache_tokens",
-    "kv_cache_memory_gib",
-    "weights_gib",
-    # Additive (not in docs/contracts.md): the blocks vLLM computed from its KV memory before
-    # --num-gpu-blocks-override replaced them; what the memory figure is to be checked against.
-    "computed_gpu_blocks",
-)
-CONFIG_KEYS = (
-    "vllm_version",
-    "model",
-    "served_model_name",
-    "dtype",
-    "kv_cache_dtype",
-    "max_seq_len",
-    "block_size",
-    "gpu_memory_utilization",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "data_parallel_size",
-    "enable_prefix_caching",
-    "quantization",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-)
+_NOT_A_KEY = {"document_key": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +38,16 @@ class StatedCapacity:
     kv_cache_tokens: FactValue = None
     kv_cache_memory_gib: FactValue = None
     weights_gib: FactValue = None
+    # Additive (not in docs/contracts.md): the blocks vLLM computed from its KV memory before
+    # --num-gpu-blocks-override replaced them; what the memory figure is to be checked against.
     computed_gpu_blocks: FactValue = None
-    max_concurrency_tokens_per_request: FactValue = None
-    max_concurrency_ratio: FactValue = None
-    # Not in the analyze document's capacity object; the cause table reads them.
-    cuda_graph_gib: FactValue = None  # "Graph capturing finished in N secs, took X GiB"
-    cuda_graph_estimate_gib: FactValue = None  # the profiler's CUDA-graph memory estimate
+    # Not keys of the document's capacity object: its max_concurrency object, and what the cause
+    # table reads.
+    max_concurrency_tokens_per_request: FactValue = field(default=None, metadata=_NOT_A_KEY)
+    max_concurrency_ratio: FactValue = field(default=None, metadata=_NOT_A_KEY)
+    # "Graph capturing finished in N secs, took X GiB", and the profiler's CUDA-graph estimate
+    cuda_graph_gib: FactValue = field(default=None, metadata=_NOT_A_KEY)
+    cuda_graph_estimate_gib: FactValue = field(default=None, metadata=_NOT_A_KEY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +79,11 @@ class StatedConfig:
     max_num_seqs: FactValue = None
     max_num_batched_tokens: FactValue = None
 
+
+# The analyze document's capacity.* and config.* keys, in the order docs/contracts.md lists them
+# (the records' field order).
+CAPACITY_KEYS = tuple(f.name for f in fields(StatedCapacity) if f.metadata.get("document_key", True))
+CONFIG_KEYS = tuple(f.name for f in fields(StatedConfig))
 
 # Dotted analyze-document field -> (section, attribute). The one table of those names.
 FIELDS: dict[str, tuple[str, str]] = {
