@@ -70,21 +70,14 @@ def _iso(ts: LogTime | None) -> str | None:
 
 
 class _Sustained:
-    """``saturation.verdict`` computed incrementally (same rules, constant memory)."""
+    """``saturation.verdict`` computed incrementally (same rules, constant memory); the fold of each
+    state is inlined in ``Analysis._stats``, which runs once per stats record."""
 
     def __init__(self) -> None:
         self.count = 0
         self.prev: str | None = None
         self.first: str | None = None
         self.sustained: set[str] = set()
-
-    def add(self, state: str) -> None:
-        if self.prev == state:
-            self.sustained.add(state)
-        elif self.count == 0:
-            self.first = state
-        self.prev = state
-        self.count += 1
 
     def verdict(self) -> str:
         if self.count == 0:
@@ -355,7 +348,7 @@ class Analysis:
             float(preempted),
             capacity_waiting,
         )
-        sustained = state.verdict  # _Sustained.add
+        sustained = state.verdict  # the _Sustained fold: here only, once per stats record
         if sustained.prev == verdict_state:
             sustained.sustained.add(verdict_state)
         elif sustained.count == 0:
