@@ -288,7 +288,8 @@ print(sorted(m for m in sys.modules if m.startswith("kvwatch.commands.")))
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["analyze", "--format", "json", str(SEED_LOG)], ["kvwatch.commands.analyze"]),
+        # history.py is analyze's own (its --prometheus flags and reader, shared with simulate), no command
+        (["analyze", "--format", "json", str(SEED_LOG)], ["kvwatch.commands.analyze", "kvwatch.commands.history"]),
         (["--help"], []),  # the command list from the modules' docstrings, none imported
     ],
     ids=["analyze-alone", "help-lists-every-command-importing-none"],

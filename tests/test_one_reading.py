@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
+from kvwatch import batch
 from kvwatch.batch import analyze_paths
 from kvwatch.errors import UsageError
 from kvwatch.parse.log import SHUTDOWN_NEAR_LINES, LogParser
-from kvwatch.reconcile import analysis
 from kvwatch.records import ErrorRecord, LogRecord, RunStartRecord, StatsRecord
 from kvwatch.sources import files, scanner
 
@@ -47,12 +47,12 @@ COUNTED = (RunStartRecord, ErrorRecord, StatsRecord)  # what the acceptance coun
 def _years_from_the_lines_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The property is about the lines: a year taken from a file's modification time belongs to the
     file, not to its lines (stdin and the pieces' temp files have none or another), so it is left out."""
-    real = analysis.infer_years
+    real = batch.infer_years
 
     def lines_only(doc: dict[str, Any], *, created: float | None, log_mtime: float | None) -> None:
         real(doc, created=created, log_mtime=None)
 
-    monkeypatch.setattr(analysis, "infer_years", lines_only)
+    monkeypatch.setattr(batch, "infer_years", lines_only)
 
 
 def _records(path: Path | str, jobs: int = 1) -> list[LogRecord]:
