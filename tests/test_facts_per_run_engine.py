@@ -16,7 +16,7 @@ import pytest
 from kvwatch.parse.log import LogParser, parse_line
 from kvwatch.reconcile import facts as facts_module
 from kvwatch.reconcile.analysis import Analysis
-from kvwatch.reconcile.facts import FIELDS, FactsBuilder
+from kvwatch.reconcile.facts import FIELDS, MAX_RUNS, FactsBuilder
 from kvwatch.reconcile.live import LiveState
 from kvwatch.records import FactRecord, LogRecord
 
@@ -160,3 +160,15 @@ def test_no_module_but_the_facts_record_reads_a_dotted_fact_name() -> None:
             if isinstance(node, ast.Constant) and node.value in DOTTED:
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
     assert not found, "read the ServerFacts attribute instead: " + ", ".join(found)
+
+
+def test_a_crash_looping_server_keeps_a_bounded_number_of_runs_and_the_latest_facts() -> None:
+    builder = FactsBuilder()
+    builder.add(FactRecord(1, None, "capacity.kv_cache_tokens", 1000, engine=1))
+    for run in range(10 * MAX_RUNS):
+        builder.start_run()
+        builder.add(FactRecord(2, None, "config.max_num_seqs", run))
+    assert builder.runs == MAX_RUNS
+    assert builder.facts_for(1).max_num_seqs == 10 * MAX_RUNS - 1
+    assert builder.facts_for(1).capacity.kv_cache_tokens == 1000  # stated once, in the first run
+    assert builder.facts_for(1, run=MAX_RUNS - 2).max_num_seqs == 10 * MAX_RUNS - 2

@@ -344,6 +344,9 @@ class ServerFacts:
         return value if isinstance(value, str) else None
 
 
+MAX_RUNS = 64  # server runs kept apart; older ones are folded together (start_run)
+
+
 class FactsBuilder:
     """Folds FactRecords and cache_config_info into ``ServerFacts``, per (server run, engine).
 
@@ -384,6 +387,14 @@ class FactsBuilder:
     def start_run(self) -> None:
         """A new server start: the facts that follow are this run's."""
         if self._runs[-1] != ({}, {}):
+            if len(self._runs) >= MAX_RUNS:
+                # A crash-looping server restarts without end under a sidecar: fold the two oldest
+                # runs into one, so memory stays bounded and later runs inherit exactly as before.
+                (every, own), (every2, own2) = self._runs[0], self._runs[1]
+                every.update(every2)
+                for engine, facts in own2.items():
+                    own.setdefault(engine, {}).update(facts)
+                del self._runs[1]
             self._runs.append(({}, {}))
             self._cache.clear()
 
