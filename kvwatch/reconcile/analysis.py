@@ -263,7 +263,7 @@ class Analysis:
                 self._stats(rec, source)
             elif isinstance(rec, FactRecord):
                 self.server.add(rec)
-                self.progress.on_fact(rec.field, rec.value)
+                self.progress.on_fact(rec.field, rec.value, rec.ts)
                 self._max_num_seqs = self.server.facts().max_num_seqs
                 self._open_run(source)
             elif isinstance(rec, RunStartRecord):
