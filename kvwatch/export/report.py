@@ -139,13 +139,14 @@ def _v1_stated_preemptions(doc: dict[str, Any]) -> str:
         return ""
     if pre["from_stats"]:
         return f"{pre['from_stats']:,} stated by V1 stats lines"
-    text = "V1 stats lines state none (not a count"
-    version = str((doc.get("config") or {}).get("vllm_version") or "")
-    if version.startswith("0.32"):
-        # vLLM 0.32.0 v1/metrics/loggers.py LoggingStatLogger.log(): _update_stats() calls _reset(),
-        # which zeroes num_preemptions before `if self.num_preemptions > 0` would add "Preemptions: %d".
-        text += ": vLLM 0.32's LoggingStatLogger zeroes its count before printing it, so its log never shows one"
-    return text + ")"
+    # vLLM 0.32.0 v1/metrics/loggers.py LoggingStatLogger.log(): _update_stats() calls _reset(), which
+    # zeroes num_preemptions before `if self.num_preemptions > 0` would add "Preemptions: %d"; every
+    # release since the part was added has that order (the fix is still open upstream:
+    # https://github.com/vllm-project/vllm/pull/38452), so none stated is no count at all.
+    return (
+        "V1 stats lines state none (not a count: vLLM's LoggingStatLogger zeroes its count before printing it,"
+        " so a V1 log never shows one)"
+    )
 
 
 def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:

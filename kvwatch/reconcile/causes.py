@@ -389,12 +389,15 @@ class Case:
         # its log has no such part, nor has the open-loop run's (2 by the counter). The reason is in
         # vLLM 0.32.0 itself: LoggingStatLogger.log() calls _update_stats(), whose _reset() zeroes
         # num_preemptions before the `if self.num_preemptions > 0` that would print it, so the part
-        # never appears. Only a stated count is a count.
+        # never appears. The same order is in every release since the part was added (0.12-era
+        # loggers.py read through 0.32.0), and the fix is still open upstream
+        # (https://github.com/vllm-project/vllm/pull/38452), so only a fork that carries it states one.
+        # Only a stated count is a count.
         if self.progress.preemption_field_seen:
             return int(from_stats or 0), "log", True
         if self.progress.v0_stats and version is not None and (0, 4, 3) <= version < (0, 11):
             return 0, "log", True  # V0 0.4.3+ warns on the 1st preemption: none were logged, none happened
-        return None, "log", False  # V1 before 0.11.1 never logs a preemption: not in this log
+        return None, "log", False  # a V1 log never states its preemptions (above): not in this log
 
     def request_tokens(self, p95: bool = False) -> tuple[float | None, str]:
         """(tokens of one request, basis): prompt + generation means from the histograms (their p95
