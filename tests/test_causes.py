@@ -517,3 +517,17 @@ def test_reports_give_each_engines_cause() -> None:
     want = "engine 0 memory-bound (kv_pool_too_small), engine 1 ok (healthy)"
     assert f"  per engine: {want}" in render_text(doc).splitlines()
     assert f"Per engine: {want}." in render_markdown(doc)
+
+
+def test_a_v0_log_whose_last_record_had_requests_running_needs_a_queue_for_a_stall() -> None:
+    # V0 logs from inside a step: its last record may show a request that finished in a step that
+    # logged nothing, after which idle workers wait. Only a queue the engine stopped serving counts.
+    def v0(running: int, pending: int) -> str:
+        return (
+            f"INFO 11-29 14:05:10 metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
+            f"80.2 tokens/s, Running: {running} reqs, Swapped: 0 reqs, Pending: {pending} reqs, GPU KV cache usage: "
+            "12.9%, CPU KV cache usage: 0.0%."
+        )
+
+    assert _lines(f"{v0(1, 0)}\n{_ring_wait('06:20')}").document()["diagnosis"]["cause"] != "engine_hang"
+    assert _lines(f"{v0(1, 3)}\n{_ring_wait('06:20')}").document()["diagnosis"]["cause"] == "engine_hang"

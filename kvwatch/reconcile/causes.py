@@ -245,7 +245,7 @@ class ProgressTracker:
         eng.last_t = t
         running = running_or_none or 0
         waiting = waiting_or_none or 0
-        self.ring.on_stats((source, engine), running, waiting, bool(prompt) or bool(gen))
+        self.ring.on_stats((source, engine), running, waiting, bool(prompt) or bool(gen), swapped is not None)
         # "No decode progress": a decode step gives every decoding request one token (V1
         # gpu_model_runner.execute_model samples one token per scheduled request; V0 likewise), so
         # fewer tokens over the interval than requests running means they did not all advance once.

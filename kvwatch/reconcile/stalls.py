@@ -28,6 +28,8 @@ from kvwatch.records import LogTime
 RING_WAIT_FIELD = "runtime.ring_buffer_wait_s"
 OFFLINE_DONE_FIELD = "runtime.offline_done"
 OFFLINE_TOTAL_FIELD = "runtime.offline_total"
+# They feed the cause tracker only: no startup fact, nothing the server's facts record keeps.
+STALL_FIELDS = frozenset((RING_WAIT_FIELD, OFFLINE_DONE_FIELD, OFFLINE_TOTAL_FIELD))
 
 
 @dataclass
@@ -60,12 +62,16 @@ class RingBufferStall:
         self.waited_s, self.warnings, self.start_ts = 0.0, 0, None
         self._first_t = self._last_t = None
 
-    def on_stats(self, engine: object, running: int, waiting: int, tokens: bool) -> None:
+    def on_stats(self, engine: object, running: int, waiting: int, tokens: bool, step_driven: bool = False) -> None:
         """One engine's stats record: its scheduler's requests, and whether any token was processed.
 
         In flight is the sum over the engines' last records (data-parallel engines step in lockstep,
-        v1/engine/core.py DPEngineCoreProc, so one engine's stuck step holds the others')."""
-        self._engines[engine] = running + waiting
+        v1/engine/core.py DPEngineCoreProc, so one engine's stuck step holds the others'). V1 logs on
+        a timer in the API server, so its last record is the state when the wait began. V0 logs from
+        inside a step (engine/llm_engine.py step -> do_log_stats, 0.2-0.10): its running requests
+        may finish in steps that log nothing, and idle V0 workers warned too, so only its waiting
+        requests, which a live engine keeps stepping for, count as in flight (``step_driven``)."""
+        self._engines[engine] = waiting if step_driven else running + waiting
         self.in_flight = sum(self._engines.values())
         if tokens:
             self._progress()
