@@ -111,6 +111,11 @@ class _EngineProgress:
     mb_waiting_peak: int = 0
     mb_running_peak: int = 0
     mb_kv_peak: float | None = None
+    # The fastest it worked (evidence.TokenRateBound): throughput maxima and the most one interval held.
+    max_prompt_tps: float = 0.0
+    max_gen_tps: float = 0.0
+    max_prompt_tokens: float = 0.0
+    max_gen_tokens: float = 0.0
 
 
 class ProgressTracker:
@@ -243,6 +248,12 @@ class ProgressTracker:
                 # stands in, as when there are no stamps. (A caller's dt, a scrape's, is kept.)
                 dt = NOMINAL_INTERVAL_S
         eng.last_t = t
+        if prompt:
+            eng.max_prompt_tps = max(eng.max_prompt_tps, prompt)
+            eng.max_prompt_tokens = max(eng.max_prompt_tokens, prompt * dt)
+        if gen:
+            eng.max_gen_tps = max(eng.max_gen_tps, gen)
+            eng.max_gen_tokens = max(eng.max_gen_tokens, gen * dt)
         running = running_or_none or 0
         waiting = waiting_or_none or 0
         self.ring.on_stats((source, engine), running, waiting, bool(prompt) or bool(gen), swapped is not None)
@@ -301,6 +312,19 @@ class ProgressTracker:
         view = copy.copy(self)
         view.engines = {key: self.engines[key]} if key in self.engines else {}
         return view
+
+    def token_rates(self) -> tuple[float, float, float, float] | None:
+        """(prompt tokens/s, generation tokens/s, most prompt tokens in one interval, most generation
+        tokens in one interval), each summed over the engines' maxima; None without stats records."""
+        if not self.engines:
+            return None
+        engines = self.engines.values()
+        return (
+            sum(e.max_prompt_tps for e in engines),
+            sum(e.max_gen_tps for e in engines),
+            sum(e.max_prompt_tokens for e in engines),
+            sum(e.max_gen_tokens for e in engines),
+        )
 
     def streak(self, name: str) -> _Streak | None:
         """The longest streak of ``name`` (stalled, looping, starved) over the engines, if sustained."""
