@@ -22,6 +22,7 @@ from kvwatch.reconcile.evidence import (
     EvidenceInputs,
     MetricsEvidence,
     ScrapeReading,
+    TokenRateBound,
     apply_metrics,
     infer_years,
     metrics_evidence,
@@ -31,6 +32,7 @@ from kvwatch.reconcile.evidence import (
 # CAPACITY_KEYS / CONFIG_KEYS: re-exported for modules that imported them from here.
 from kvwatch.reconcile.facts import CAPACITY_KEYS, CONFIG_KEYS, FactsBuilder, ServerFacts  # noqa: F401
 from kvwatch.reconcile.saturation import VERDICT_ORDER, SaturationJudge
+from kvwatch.reconcile.stalls import STALL_FIELDS
 from kvwatch.records import (
     ErrorRecord,
     FactRecord,
@@ -262,8 +264,12 @@ class Analysis:
             if isinstance(rec, StatsRecord):
                 self._stats(rec, source)
             elif isinstance(rec, FactRecord):
+                if rec.field in STALL_FIELDS:  # a stall's evidence, the tracker's alone (a tqdm bar per line)
+                    self.progress.on_fact(rec.field, rec.value, rec.ts)
+                    last_was_stats[source] = False
+                    continue
                 self.server.add(rec)
-                self.progress.on_fact(rec.field, rec.value)
+                self.progress.on_fact(rec.field, rec.value, rec.ts)
                 self._max_num_seqs = self.server.facts().max_num_seqs
                 self._open_run(source)
             elif isinstance(rec, RunStartRecord):
@@ -684,7 +690,8 @@ def analyze_paths(
     all_timelines = list(timelines or [])
     time_source = "prometheus" if timelines else None
     if readings:
-        from_scrapes, time_source = scrape_timelines(readings)
+        rates = analysis.progress.token_rates()  # the log's own throughput bounds the files' times
+        from_scrapes, time_source = scrape_timelines(readings, TokenRateBound(*rates) if rates else None)
         all_timelines += from_scrapes
     metrics = None
     if all_timelines:
