@@ -20,6 +20,7 @@ from kvwatch.reconcile.evidence import (
     EngineTimeline,
     EvidenceInputs,
     ScrapeReading,
+    TokenRateBound,
     infer_years,
     metrics_evidence,
     scrape_timelines,
@@ -68,7 +69,8 @@ def analyze_paths(
     all_timelines = list(timelines or [])
     time_source = "prometheus" if timelines else None
     if readings:
-        from_scrapes, time_source = scrape_timelines(readings)
+        rates = analysis.progress.token_rates()  # the log's own throughput bounds the files' times
+        from_scrapes, time_source = scrape_timelines(readings, TokenRateBound(*rates) if rates else None)
         all_timelines += from_scrapes
     metrics = None
     if all_timelines:

@@ -38,6 +38,13 @@ def _cause_suffix(diag: dict[str, Any]) -> str:
     return f" (cause: {cause})" if cause else ""
 
 
+def _engine_causes(diag: dict[str, Any]) -> str:
+    """'engine 0 memory-bound (kv_pool_too_small), engine 1 ok (healthy)' for several engines."""
+    return ", ".join(
+        f"engine {e['engine']} {str(e['verdict']).replace('_', '-')} ({e['cause']})" for e in diag.get("engines") or []
+    )
+
+
 def _lever(lever: Any, said: str | None = None) -> str:
     """One lever row (a dict from the capacity model, or plain text) as a sentence.
 
@@ -123,6 +130,25 @@ def _server_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _v1_stated_preemptions(doc: dict[str, Any]) -> str:
+    """What the log's V1 stats lines say about preemptions, worded so that none stated is never read
+    as a count of none ("" when the log has no V1 stats lines)."""
+    st, pre = doc["stats"], doc["preemptions"]
+    last = st.get("last") or {}
+    if not st["count"] or last.get("swapped") is not None:  # no stats lines, or V0's (they state Swapped)
+        return ""
+    if pre["from_stats"]:
+        return f"{pre['from_stats']:,} stated by V1 stats lines"
+    # vLLM 0.32.0 v1/metrics/loggers.py LoggingStatLogger.log(): _update_stats() calls _reset(), which
+    # zeroes num_preemptions before `if self.num_preemptions > 0` would add "Preemptions: %d"; every
+    # release since the part was added has that order (the fix is still open upstream:
+    # https://github.com/vllm-project/vllm/pull/38452), so none stated is no count at all.
+    return (
+        "V1 stats lines state none (not a count: vLLM's LoggingStatLogger zeroes its count before printing it,"
+        " so a V1 log never shows one)"
+    )
+
+
 def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     st, pre, sat = doc["stats"], doc["preemptions"], doc["saturation"]
     rows: list[tuple[str, str]] = [("server starts", _n(doc["runs"]))]
@@ -180,7 +206,9 @@ def _happened_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     preempt = f"{pre['warnings']} V0 warnings"
     if pre["max_cumulative"] is not None:
         preempt += f" (cumulative {pre['max_cumulative']:,})"
-    preempt += f", {pre['from_stats']:,} in V1 stats"
+    v1 = _v1_stated_preemptions(doc)
+    if v1:
+        preempt += f"; {v1}"
     from_metrics = pre.get("from_metrics")
     # V1 logs no line per preemption: only vLLM's counter is complete (CONTRACTS "analyze additions").
     counted = f"{from_metrics:,} by vLLM's counter" if from_metrics is not None else f"counter {pre.get('note', '')}"
@@ -234,6 +262,9 @@ def render_text(doc: dict[str, Any]) -> str:
     diag = doc["diagnosis"]
     out.append(f"kvwatch analyze: {diag['verdict'].replace('_', '-').upper()}" + _cause_suffix(diag))
     out.append(f"  {diag['summary']}")
+    per_engine = _engine_causes(diag)
+    if per_engine:
+        out.append(f"  per engine: {per_engine}")
     for title, items in (("Advice", diag.get("advice")), ("Warnings", diag.get("warnings"))):
         if items:
             out += ["", title, *(f"  - {item}" for item in items)]
@@ -271,6 +302,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "",
         f"**Verdict: {diag['verdict'].replace('_', '-')}**{_cause_suffix(diag)}. {_md_cell(diag['summary'])}",
     ]
+    per_engine = _engine_causes(diag)
+    if per_engine:
+        out += ["", f"Per engine: {_md_cell(per_engine)}."]
     for title, items in (("Advice", diag.get("advice")), ("Warnings", diag.get("warnings"))):
         if items:
             out += ["", f"### {title}", ""] + [f"- {_md_cell(str(item))}" for item in items]

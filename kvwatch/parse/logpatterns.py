@@ -280,6 +280,9 @@ LOGGER_FAMILIES: dict[str, re.Pattern[str]] = {
     # multiproc_executor.py worker_busy_loop, engine/core.py run_engine_core, V0 engine loops), so
     # any module but the request loggers; the frame rows also hold to TRACEBACK_FRAME's shape.
     "traceback": re.compile(r"(?!(?:logger|request_logger|h11_impl|httptools_impl)\.py$)[\w.]+\.py"),
+    # The shared-memory message queues between the engine and its workers:
+    # distributed/device_communicators/shm_broadcast.py MessageQueue (0.5.1-0.33).
+    "ipc": re.compile(r"shm_broadcast\.py"),
 }
 # Errors are written by whatever module caught them (core.py, multiproc_executor.py, async_llm.py,
 # api_router.py, serving_*.py, a traceback's own lines): any logger but the request loggers.
@@ -306,6 +309,10 @@ KIND_LOGGERS: dict[str, str] = {
     # model) took'), V0 llm_engine.py; 0.8+ v1/engine/async_llm.py output_handler.
     "engine_ready": "engine",
     "output_handler_failed": "engine",
+    # Stall evidence (kvwatch.reconcile.stalls): the message queues' long-wait notice, and the
+    # progress bar LLM.generate draws on stderr (tqdm, no logger: read where no vLLM header is).
+    "ring_buffer_wait": "ipc",
+    "offline_progress": "paste",
     "stats": "stats",
     "prefix_hit_v0": "stats",
     "preemption": "scheduler",
@@ -915,6 +922,25 @@ LINE_KINDS: tuple[LineKind, ...] = (
         fields=("runtime.serving",),
     ),
     _row(
+        "ring_buffer_wait",
+        "broadcast block",
+        r"No available shared memory broadcast block found in (\d+) seconds?",
+        "0.5.1-0.33 (distributed/device_communicators/shm_broadcast.py MessageQueue acquire_write / "
+        "acquire_read, once per VLLM_RINGBUFFER_WARNING_INTERVAL, 60 s by default; real 0.11, 0.21 and 0.2x reports)",
+        "a process waited that long on the engine's step queue: a stall when requests are in flight, start-up "
+        "compilation otherwise (kvwatch.reconcile.stalls)",
+        fields=("runtime.ring_buffer_wait_s",),
+    ),
+    _row(
+        "offline_progress",
+        "Processed prompts",
+        # The last bar of a line: tqdm redraws it in place, so a pasted line may hold many.
+        r"Processed prompts:\s+\d+%\|[^|\n]*\|\s*(\d+)/(\d+)\b(?!.*Processed prompts:)",
+        '0.2-0.33 (entrypoints/llm.py LLM._run_engine: tqdm(total=num_requests, desc="Processed prompts"))',
+        "LLM.generate's own count of finished and submitted prompts: requests in flight when no stats record says",
+        fields=("runtime.offline_done", "runtime.offline_total"),
+    ),
+    _row(
         "graph_capture_done",
         "Graph capturing finished",
         r"Graph capturing finished in \d+ secs?, took " + _SDEC + r" GiB",
@@ -1183,6 +1209,8 @@ PREFILTER_ANCHORS: tuple[bytes, ...] = (
     b"terminating server",  # V0 "AsyncLLMEngine is already dead, terminating server process"
     b"initialization failed",
     b"output_handler",  # "AsyncLLM output_handler failed."
+    b"broadcast block",  # "No available shared memory broadcast block found in 60 seconds"
+    b"Processed prompts",  # LLM.generate's progress bar
     b"failed to start",
     b"hutdown",  # "[shutdown]", "Shutting down" is "Shutting": see below
     b"Shutting",

@@ -21,6 +21,7 @@ from kvwatch.reconcile.evidence import EvidenceInputs, MetricsEvidence, apply_me
 # CAPACITY_KEYS / CONFIG_KEYS: re-exported for modules that imported them from here.
 from kvwatch.reconcile.facts import CAPACITY_KEYS, CONFIG_KEYS, FactsBuilder, ServerFacts  # noqa: F401
 from kvwatch.reconcile.saturation import VERDICT_ORDER, SaturationJudge
+from kvwatch.reconcile.stalls import STALL_FIELDS
 from kvwatch.records import (
     ErrorRecord,
     FactRecord,
@@ -246,8 +247,12 @@ class Analysis:
             if isinstance(rec, StatsRecord):
                 self._stats(rec, source)
             elif isinstance(rec, FactRecord):
+                if rec.field in STALL_FIELDS:  # a stall's evidence, the tracker's alone (a tqdm bar per line)
+                    self.progress.on_fact(rec.field, rec.value, rec.ts)
+                    last_was_stats[source] = False
+                    continue
                 self.server.add(rec)
-                self.progress.on_fact(rec.field, rec.value)
+                self.progress.on_fact(rec.field, rec.value, rec.ts)
                 self._max_num_seqs.clear()
                 self._open_run(source)
             elif isinstance(rec, RunStartRecord):

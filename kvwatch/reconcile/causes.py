@@ -19,12 +19,14 @@ Pure: no I/O and no clock; request content never reaches anything here (records 
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvwatch.reconcile import facts as F
+from kvwatch.reconcile import stalls
 from kvwatch.reconcile.facts import ServerFacts, as_number
 from kvwatch.records import ErrorRecord, LogTime, StatsRecord
 
@@ -33,6 +35,7 @@ from kvwatch.records import ErrorRecord, LogTime, StatsRecord
 # (_LOCAL_LOGGING_INTERVAL_SEC, vllm/engine/metrics.py), so 10 s is the conservative choice.
 NOMINAL_INTERVAL_S = 10.0
 SUSTAINED_RECORDS = 2  # CONTRACTS: a state counts when it holds for two or more consecutive records
+SUSTAINED_SECONDS = 60.0  # CONTRACTS: stalled is no tokens "for >= 2 consecutive records / 60 s"
 MAX_ERRORS = 50  # errors kept in order for the rules (the document keeps its own capped list)
 
 
@@ -108,6 +111,11 @@ class _EngineProgress:
     mb_waiting_peak: int = 0
     mb_running_peak: int = 0
     mb_kv_peak: float | None = None
+    # The fastest it worked (evidence.TokenRateBound): throughput maxima and the most one interval held.
+    max_prompt_tps: float = 0.0
+    max_gen_tps: float = 0.0
+    max_prompt_tokens: float = 0.0
+    max_gen_tokens: float = 0.0
 
 
 class ProgressTracker:
@@ -139,6 +147,7 @@ class ProgressTracker:
         self.preemption_field_seen = False  # a V1 stats record stated "Preemptions: N" (0.11.1+)
         self.v0_stats = False  # a V0 stats record (it states Swapped; V1 has no swap)
         self.engines: dict[tuple[str | None, int | None], _EngineProgress] = {}
+        self.ring = stalls.RingBufferStall()  # vLLM's own 60 s waits with requests in flight
 
     # ---- input ---------------------------------------------------------------------------------
     def on_run_start(self) -> None:
@@ -147,6 +156,7 @@ class ProgressTracker:
         self.stats_in_run = 0
         self.ready_in_run = False
         self.kv_memory_min_in_run = None
+        self.ring.reset(keep_best=not self.live)
         self.run += 1
         if self.live:
             self.errors.clear()
@@ -154,10 +164,17 @@ class ProgressTracker:
             self.runs_starting.clear()
             self.engines.clear()
 
-    def on_fact(self, name: str, value: object) -> None:
-        """A startup fact: tracks CUDA-graph capture (kvwatch.parse.logpatterns graph_capture_*)."""
-        if name != F.SERVING:
+    def on_fact(self, name: str, value: object, ts: LogTime | None = None) -> None:
+        """A startup fact: tracks CUDA-graph capture (kvwatch.parse.logpatterns graph_capture_*);
+        and the runtime facts of a stall vLLM states (kvwatch.reconcile.stalls), with their time."""
+        if not name.startswith("runtime."):
             self.runs_starting.add(self.run)  # every other fact comes from a startup line
+        if name == stalls.RING_WAIT_FIELD and isinstance(value, int | float) and not isinstance(value, bool):
+            self.ring.on_wait(float(value), ts)
+        elif name == stalls.OFFLINE_TOTAL_FIELD and isinstance(value, int):
+            self.ring.on_offline(self.ring.offline_done_stated, value)
+        elif name == stalls.OFFLINE_DONE_FIELD and isinstance(value, int):
+            self.ring.offline_done_stated = value
         if name == F.KV_CACHE_MEMORY and isinstance(value, int | float) and not isinstance(value, bool):
             low = self.kv_memory_min_in_run
             self.kv_memory_min_in_run = float(value) if low is None else min(low, float(value))
@@ -231,8 +248,15 @@ class ProgressTracker:
                 # stands in, as when there are no stamps. (A caller's dt, a scrape's, is kept.)
                 dt = NOMINAL_INTERVAL_S
         eng.last_t = t
+        if prompt:
+            eng.max_prompt_tps = max(eng.max_prompt_tps, prompt)
+            eng.max_prompt_tokens = max(eng.max_prompt_tokens, prompt * dt)
+        if gen:
+            eng.max_gen_tps = max(eng.max_gen_tps, gen)
+            eng.max_gen_tokens = max(eng.max_gen_tokens, gen * dt)
         running = running_or_none or 0
         waiting = waiting_or_none or 0
+        self.ring.on_stats((source, engine), running, waiting, bool(prompt) or bool(gen), swapped is not None)
         # "No decode progress": a decode step gives every decoding request one token (V1
         # gpu_model_runner.execute_model samples one token per scheduled request; V0 likewise), so
         # fewer tokens over the interval than requests running means they did not all advance once.
@@ -281,6 +305,26 @@ class ProgressTracker:
             ):
                 best = (engine, eng)
         return best
+
+    def for_engine(self, key: tuple[str | None, int | None]) -> ProgressTracker:
+        """This tracker with only one engine's records: the same errors, start and stall evidence
+        (a start, an OOM or a stuck step is the server's), one engine's streaks and episodes."""
+        view = copy.copy(self)
+        view.engines = {key: self.engines[key]} if key in self.engines else {}
+        return view
+
+    def token_rates(self) -> tuple[float, float, float, float] | None:
+        """(prompt tokens/s, generation tokens/s, most prompt tokens in one interval, most generation
+        tokens in one interval), each summed over the engines' maxima; None without stats records."""
+        if not self.engines:
+            return None
+        engines = self.engines.values()
+        return (
+            sum(e.max_prompt_tps for e in engines),
+            sum(e.max_gen_tps for e in engines),
+            sum(e.max_prompt_tokens for e in engines),
+            sum(e.max_gen_tokens for e in engines),
+        )
 
     def streak(self, name: str) -> _Streak | None:
         """The longest streak of ``name`` (stalled, looping, starved) over the engines, if sustained."""
@@ -371,12 +415,15 @@ class Case:
         # its log has no such part, nor has the open-loop run's (2 by the counter). The reason is in
         # vLLM 0.32.0 itself: LoggingStatLogger.log() calls _update_stats(), whose _reset() zeroes
         # num_preemptions before the `if self.num_preemptions > 0` that would print it, so the part
-        # never appears. Only a stated count is a count.
+        # never appears. The same order is in every release since the part was added (0.12-era
+        # loggers.py read through 0.32.0), and the fix is still open upstream
+        # (https://github.com/vllm-project/vllm/pull/38452), so only a fork that carries it states one.
+        # Only a stated count is a count.
         if self.progress.preemption_field_seen:
             return int(from_stats or 0), "log", True
         if self.progress.v0_stats and version is not None and (0, 4, 3) <= version < (0, 11):
             return 0, "log", True  # V0 0.4.3+ warns on the 1st preemption: none were logged, none happened
-        return None, "log", False  # V1 before 0.11.1 never logs a preemption: not in this log
+        return None, "log", False  # a V1 log never states its preemptions (above): not in this log
 
     def request_tokens(self, p95: bool = False) -> tuple[float | None, str]:
         """(tokens of one request, basis): prompt + generation means from the histograms (their p95
@@ -740,6 +787,24 @@ def _preemption_loop(case: Case) -> Match | None:
     )
 
 
+def _ring_buffer_stall(case: Case) -> Match | None:
+    # vLLM's own 60 s notice that no step result came back while requests were in flight
+    # (kvwatch.reconcile.stalls: shm_broadcast.py MessageQueue, VLLM_RINGBUFFER_WARNING_INTERVAL).
+    ring = case.progress.ring
+    stall = ring.current() if case.progress.live else ring.best
+    if stall is None or stall[0] < SUSTAINED_SECONDS:
+        return None
+    seconds, warnings, in_flight, start = stall
+    return Match(
+        f"stalled: {in_flight:,} requests in flight and no engine step finished for {seconds:,.0f} s"
+        f" (vLLM waited on its workers' message queue: 'No available shared memory broadcast block' x{warnings})",
+        (
+            _ev("seconds vLLM waited for a step", round(seconds, 1), ts=_iso(start)),
+            _ev("requests in flight", in_flight),
+        ),
+    )
+
+
 def _engine_hang(case: Case) -> Match | None:
     return _streak_match(
         case,
@@ -752,7 +817,7 @@ def _engine_hang(case: Case) -> Match | None:
                 else ""
             )
         ),
-    )
+    ) or _ring_buffer_stall(case)
 
 
 def _longest_metrics_episode(case: Case) -> Mapping[str, Any] | None:
@@ -1136,7 +1201,27 @@ def diagnose(case: Case, levers: Callable[[], list[Any]] | None = None) -> dict[
         "levers": rows,
         "advice": list(cause.advice),
         "warnings": warnings,
+        "engines": engine_causes(case),
     }
+
+
+def engine_causes(case: Case) -> list[dict[str, Any]]:
+    """One cause per engine when a log has several (data parallel): each engine's own saturation
+    verdict and streaks through the same table, the server's start, errors and stalls shared
+    (docs/contracts.md "diagnosis.engines"); empty for one engine, where the diagnosis is its own."""
+    engines = case.section("stats", "engines")
+    if not isinstance(engines, list) or len(engines) < 2:
+        return []
+    out: list[dict[str, Any]] = []
+    for e in engines:
+        if not isinstance(e, Mapping):
+            continue
+        key = (e.get("source"), e.get("engine"))
+        sub = Case(str(e.get("verdict") or "unknown"), case.doc, case.facts, case.progress.for_engine(key))
+        cause, m = classify(sub)
+        verdict = m.verdict or (cause.verdict if cause.verdict in _EVENT_VERDICTS else sub.saturation)
+        out.append({"engine": e.get("engine"), "source": e.get("source"), "verdict": verdict, "cause": cause.id})
+    return out
 
 
 def live_cause(facts: ServerFacts, progress: ProgressTracker, state: str) -> str:

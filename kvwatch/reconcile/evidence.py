@@ -572,14 +572,59 @@ def _progress(snap: MetricsSnapshot) -> float:
     return total
 
 
-def order_scrapes(readings: Sequence[ScrapeReading]) -> tuple[list[ScrapeReading], str | None]:
+@dataclass(frozen=True, slots=True)
+class TokenRateBound:
+    """The fastest the log says the server processed tokens: each stats record's "Avg prompt/
+    generation throughput" is the tokens of its interval over that interval (V1
+    v1/metrics/loggers.py LoggingStatLogger._get_throughput, V0 engine/metrics.py likewise). Rates
+    are the engines' maxima summed, and ``*_tokens`` the most one interval held (rate x interval),
+    also summed over engines."""
+
+    prompt_tps: float
+    generation_tps: float
+    prompt_tokens: float
+    generation_tokens: float
+
+
+def _times_contradict(ordered: Sequence[ScrapeReading], bound: TokenRateBound) -> bool:
+    """Whether the files' times are too close for the tokens the scrapes' counters say were processed.
+
+    Any window [a, b] of a log is covered by whole stats intervals inside it plus at most two it
+    overlaps, so at most rate_max x (b - a) + 2 x tokens_max (the most one interval held) were
+    processed in it, however long the idle gaps between records. A copy
+    or a git checkout stamps every file within milliseconds; counters that grew by more than that
+    between the first and the last scrape prove the stamps are not the scrapes' times.
+    """
+    first, last = ordered[0].mtime, ordered[-1].mtime
+    if first is None or last is None:
+        return False
+    span = last - first
+    for attr, rate, most in (
+        ("prompt_tokens_total", bound.prompt_tps, bound.prompt_tokens),
+        ("generation_tokens_total", bound.generation_tps, bound.generation_tokens),
+    ):
+        by_engine: dict[tuple[str | None, str | None], list[float | None]] = {}
+        for r in ordered:
+            for e in r.snapshot.engines:
+                by_engine.setdefault((e.model_name, e.engine), []).append(getattr(e, attr))
+        grown = sum(counter_increase(values) or 0.0 for values in by_engine.values())
+        if grown > rate * span + 2 * most:
+            return True
+    return False
+
+
+def order_scrapes(
+    readings: Sequence[ScrapeReading], bound: TokenRateBound | None = None
+) -> tuple[list[ScrapeReading], str | None]:
     """Scrapes in the order they were taken, and where their times come from.
 
     Order: by process (the ``_created`` stamp: a restart starts later), then by the counters'
     progress within one process, then by modification time, then by input order. Times are the
-    files' modification times only when those are distinct and agree with that order (a copy or
-    a git checkout gives every file the same time); otherwise None: the samples are then spaced
-    NOMINAL_INTERVAL_S apart for the saturation window and carry no timestamp.
+    files' modification times only when those are distinct, agree with that order (a copy or
+    a git checkout gives every file the same time, or times in copy order), and leave room for the
+    tokens the counters grew by at the fastest rate the log shows (``bound``, when a log of the
+    run is given); otherwise None: the samples are then spaced NOMINAL_INTERVAL_S apart for the
+    saturation window and carry no timestamp.
     """
     indexed = list(enumerate(readings))
     indexed.sort(
@@ -600,15 +645,17 @@ def order_scrapes(readings: Sequence[ScrapeReading]) -> tuple[list[ScrapeReading
             for a, b in itertools.pairwise(mtimes)
         )
     ):
-        return ordered, "mtime"
+        return (ordered, None) if bound is not None and _times_contradict(ordered, bound) else (ordered, "mtime")
     if len(ordered) == 1 and mtimes[0] is not None:
         return ordered, "mtime"
     return ordered, None
 
 
-def scrape_timelines(readings: Sequence[ScrapeReading]) -> tuple[list[EngineTimeline], str | None]:
+def scrape_timelines(
+    readings: Sequence[ScrapeReading], bound: TokenRateBound | None = None
+) -> tuple[list[EngineTimeline], str | None]:
     """One timeline per (model_name, engine) of the saved scrapes, in the order they were taken."""
-    ordered, time_source = order_scrapes(readings)
+    ordered, time_source = order_scrapes(readings, bound)
     by_key: dict[tuple[str | None, str | None], list[TimedSample]] = {}
     for r in ordered:
         t = r.mtime if time_source == "mtime" else None

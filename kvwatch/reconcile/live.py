@@ -755,7 +755,7 @@ class LiveState:
             eng = self._engine(str(record.engine if record.engine is not None else 0))
             p.on_stats(record, eng.state or "unknown", record.preemptions or 0, "log")
         elif isinstance(record, FactRecord):
-            p.on_fact(record.field, record.value)
+            p.on_fact(record.field, record.value, record.ts)
         elif isinstance(record, ErrorRecord):
             p.on_error(record)
         elif isinstance(record, RunStartRecord):

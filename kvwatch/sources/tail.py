@@ -37,15 +37,25 @@ What this module owns:
 
 Exactly once: every line is returned once, provided the caller commits after processing each
 batch; a batch returned but not committed before a crash is returned again after the restart.
+- **Rotations never seen.** Two rotations between two looks (0.1 s apart while the log is busy),
+  or any number while kvwatch was down, leave files that were never at path when we looked: a
+  file renamed away, or copytruncated into a copy we have no marks for. After a rotation or a
+  truncation (and at a restart), files next to the log with a rotation name of ours
+  (``NAME.1``, ``NAME-20261201``), written since the look before, neither open, nor finished
+  (remembered by identity and head hash, also in the positions), nor a copy of a file we are
+  reading, are read whole, oldest first. A file copytruncated and then renamed has its copy
+  read from our offset before its new content.
+
 Known limits: bytes a writer appends between logrotate's copy and its truncate are lost by
-copytruncate itself; two copytruncates between two polls (0.1 s apart while the log is busy)
-lose what was written between them; a rotated file moved to another directory, or compressed
-before we read its end, cannot be found again after a restart.
+copytruncate itself; a rotated file moved to another directory, or compressed before we read
+its end, cannot be found again after a restart (nor can an unseen rotation already compressed).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -74,6 +84,13 @@ log = logging.getLogger("kvwatch")
 #: A rotated copy larger than this (compressed) is not decompressed to recover a tail: 1 GiB of
 #: gzip is roughly 10 GiB of log, more than any one rotation period should hold.
 _MAX_COMPRESSED_BYTES = 1 << 30
+#: How far before our last look a file's mtime may lie and still count as written after it: the
+#: kernel stamps files from a coarse clock (a jiffy behind time.time()), network filesystems from
+#: the server's clock.
+_MTIME_SLACK_SECONDS = 2.0
+#: Rotated files read to their end and closed, remembered (identity and head) so a restart or a
+#: later look never takes one of them for a rotation it has not seen.
+_DONE_REMEMBERED = 64
 
 
 @dataclass(slots=True)
@@ -118,6 +135,7 @@ class _Counters:
     rotations: int = 0
     truncations: int = 0
     copies_found: int = 0  # copytruncate: the copy was found and is read like a rotated file
+    unseen_found: int = 0  # rotated files never seen at path (two rotations between looks), read whole
     restore_notes: list[str] = field(default_factory=list)
 
 
@@ -201,6 +219,14 @@ class LogFollower:
         self._use_watchdog = use_watchdog
         self._watch_note: str | None = None
         self._last_saved: str | None = None
+        # Filesystem time (mtimes are wall clock, whatever clock is injected) of the look before
+        # the latest one, and of the latest: a rotated file written after the former and never
+        # seen at path was rotated away between two looks, and is read whole.
+        self._looked_before: float = time.time()
+        self._looked_at: float = self._looked_before
+        self._done: collections.deque[tuple[int, int, str]] = collections.deque(maxlen=_DONE_REMEMBERED)
+        self._restored_look: float | None = None  # the last look before a restart, from the positions
+        self._restoring = False
         self._positions: Path | None = None
         self._positions_corrupt = False
         #: Set by the caller before ``commit()``: saved in the same atomic write as the positions,
@@ -247,6 +273,7 @@ class LogFollower:
         budget = _MAX_BATCH_BYTES
         now = self._clock()
         self._bytes_this_poll = 0
+        self._looked_before, self._looked_at = self._looked_at, time.time()
         self._check_path(now)
         for f in list(self._detached):
             budget -= self._read(f, lines, budget, now)
@@ -315,6 +342,10 @@ class LogFollower:
                 for f in files
             ],
         }
+        # What a restart needs to find rotations it never saw: when we last looked, and which
+        # rotated files are finished (never their names or content).
+        doc["looked_at"] = self._looked_at
+        doc["done"] = [list(d) for d in self._done]
         if self.checkpoint is not None:
             doc["checkpoint"] = self.checkpoint
         text = json.dumps(doc, sort_keys=True)
@@ -415,7 +446,9 @@ class LogFollower:
         st = self._stat_path()
         cur = self._current
         if cur is not None and (st is None or (st.st_dev, st.st_ino) != (cur.dev, cur.ino)):
-            # Renamed away or deleted: keep reading the open descriptor for a while.
+            # Renamed away or deleted: keep reading the open descriptor for a while. If it was
+            # copytruncated first, the copy holds what follows our offset: it comes first.
+            self._check_truncated(cur, now)
             cur.detached_at = now
             self._detached.append(cur)
             self._current = cur = None
@@ -428,6 +461,7 @@ class LogFollower:
                 self._current.detached_at = None
             else:
                 self._open_current(at_end=False)
+            self._recover_unseen(self._looked_before, now)
             return
         if cur is not None:
             self._check_truncated(cur, now)
@@ -463,6 +497,7 @@ class LogFollower:
         if size >= cur.offset and not replaced:
             return
         self._counters.truncations += 1
+        before = dataclasses.replace(cur)  # the marks of the content that was copied away
         self._adopt_copy(cur, now)
         cur.offset = 0
         cur.splitter = LineSplitter(self._max_line_bytes)
@@ -470,6 +505,8 @@ class LogFollower:
         cur.tail_len, cur.tail_hash, cur.tail_end = 0, "", 0
         cur.changed_at = now
         cur.skip_first = False
+        # A second copytruncate since our last look left a copy we have no marks for.
+        self._recover_unseen(self._looked_before, now, also=(before,))
 
     def _adopt_copy(self, cur: _Open, now: float) -> None:
         """Read the rest of the truncated content from logrotate's copy, as a rotated-away file.
@@ -554,6 +591,64 @@ class LogFollower:
                 return found
         return None
 
+    def _recover_unseen(self, since: float, now: float, also: tuple[_Open, ...] = ()) -> None:
+        """Read whole the rotated files written since ``since`` that were never at path when we looked.
+
+        Two rotations between two looks (a rename, then the new file renamed or copytruncated
+        before we saw it; or kvwatch down across them) leave a file we never opened and have no
+        marks for. Only names logrotate and the kubelet give rotations of this file
+        (``NAME.1``, ``NAME-20261201``, ``NAME.20261201-120000``), written after our last look
+        (mtime, with ``_MTIME_SLACK_SECONDS``), that are neither open, nor finished
+        (``_done``), nor a copy of a file we are reading (its content marks: ``_adopt_copy``
+        takes those from our offset). Oldest first, after the files already detached.
+        """
+        if self._restoring:
+            return
+        open_ids = {(f.dev, f.ino) for f in [*self._detached, *([self._current] if self._current else [])]}
+        done = {(d, i): h for d, i, h in self._done}
+        marked = [f for f in [*self._detached, *([self._current] if self._current else []), *also] if f.fp_len]
+        found: list[tuple[float, int, os.stat_result]] = []
+        for entry in self._siblings():
+            if not self._is_rotation_name(entry.name):
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode) or not st.st_size or st.st_mtime < since - _MTIME_SLACK_SECONDS:
+                    continue
+                if (st.st_dev, st.st_ino) in open_ids:
+                    continue
+                fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                if self._unseen(fd, st, done, marked):
+                    found.append((st.st_mtime, fd, st))
+                else:
+                    os.close(fd)
+        for _, fd, st in sorted(found, key=lambda x: x[0]):
+            f = _Open(fd, st.st_dev, st.st_ino, 0, LineSplitter(self._max_line_bytes), now, detached_at=now)
+            self._refresh_fingerprint(f)
+            self._detached.append(f)
+            self._counters.unseen_found += 1
+
+    def _is_rotation_name(self, name: str) -> bool:
+        """A name logrotate or the kubelet gives a rotation of this file (not compressed)."""
+        real = os.path.basename(os.path.realpath(self.path))
+        if name.endswith(".gz"):
+            return False
+        return any(name.startswith((base + ".", base + "-")) for base in {self._name, real})
+
+    @staticmethod
+    def _unseen(fd: int, st: os.stat_result, done: dict[tuple[int, int], str], marked: list[_Open]) -> bool:
+        """Whether the file open on ``fd`` (stat ``st``, by name) is a rotation we never read."""
+        try:
+            fst = os.fstat(fd)
+            if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+                return False  # renamed again between the stat and the open: the next look finds it
+            ident = (st.st_dev, st.st_ino)
+            if ident in done and done[ident] == _hash(os.pread(fd, FINGERPRINT_BYTES, 0)):
+                return False  # read to its end already (the same head: not a reused inode)
+            return not any(_same_content(fd, f) for f in marked)
+        except OSError:
+            return False
+
     def _siblings(self) -> list[os.DirEntry[str]]:
         """Files next to the log whose names share its stem: where logrotate puts rotated copies.
 
@@ -634,6 +729,7 @@ class LogFollower:
         with contextlib.suppress(OSError):
             os.close(f.fd)
         self._detached.remove(f)
+        self._done.append((f.dev, f.ino, f.fp_hash))
 
     # ------------------------------------------------------------------ positions
 
@@ -670,6 +766,9 @@ class LogFollower:
             checkpoint = doc.get("checkpoint")
             if checkpoint is not None and not isinstance(checkpoint, dict):
                 raise ValueError("checkpoint is not an object")
+            looked_at = doc.get("looked_at")
+            looked_at = float(looked_at) if looked_at is not None else None
+            done = [(int(d), int(i), str(h)) for d, i, h in doc.get("done", [])]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             self._positions_corrupt = True
             reason = "empty" if not text.strip() else str(exc)[:100]
@@ -679,11 +778,17 @@ class LogFollower:
             return None
         self._last_saved = text
         self.restored_checkpoint = checkpoint
+        self._done.extend(done)
+        self._restored_look = looked_at
         return saved
 
     def _restore(self, saved: list[_Saved]) -> None:
         """Reopen every saved file where it is now (at path or renamed next to it), at its offset."""
         now = self._clock()
+        self._restoring = True  # not every saved file is open yet: look for unseen ones after
+        if self._restored_look is not None:
+            # Rotations since the last look before the restart are looked for from there.
+            self._looked_before = self._looked_at = self._restored_look
         st = self._stat_path()
         for s in saved:
             f = self._reopen(s, st, now)
@@ -695,11 +800,16 @@ class LogFollower:
             if st is not None and (f.dev, f.ino) == (st.st_dev, st.st_ino):
                 self._current = f
             else:
+                self._check_truncated(f, now)  # copytruncated, then renamed: its copy comes first
                 f.detached_at = now
                 self._detached.append(f)
         if self._current is not None:
             self._check_truncated(self._current, now)
-        elif st is not None:
+        self._restoring = False
+        if self._restored_look is not None:
+            # Files rotated away while we were down, never seen: older than the file at path.
+            self._recover_unseen(self._restored_look, now)
+        if self._current is None and st is not None:
             # The file at path is not one we read before: it was created since, all of it is new.
             self._open_current(at_end=False)
 
@@ -730,8 +840,9 @@ class LogFollower:
                 continue
             f = _Open(fd, s.dev, s.ino, s.offset, LineSplitter(self._max_line_bytes), now, s.fp_len, s.fp_hash)
             f.tail_len, f.tail_hash, f.tail_end = s.tail_len, s.tail_hash, s.offset
-            if name == str(self.path):
-                return f  # content changes (copytruncate) are checked by the caller
+            if name == str(self.path) or self._is_rotation_name(os.path.basename(name)):
+                # Content changes (copytruncate, before or after a rename) are checked by the caller.
+                return f
             if fst.st_size < s.offset or not _same_content(fd, f):
                 os.close(fd)  # the inode was reused by an unrelated file
                 continue

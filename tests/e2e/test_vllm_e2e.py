@@ -44,6 +44,7 @@ from .server import (
     ServeConfig,
     StartedProcess,
     VllmServer,
+    as_busy_neighbour,
     free_port,
     port_is_free,
     serve_argv,
@@ -72,10 +73,27 @@ STATE_LINE = re.compile(r"\bstate: engine (?P<engine>\S+) .*?(?P<before>\w+) -> 
 Samples = list[tuple[str, dict[str, str], float]]
 
 
-def scrape(url: str, timeout: float = 5.0) -> Samples:
+#: Prometheus' default scrape_timeout: what kvwatch's /metrics must answer within, however busy
+#: the machine (vLLM's CPU engine keeps both cores spinning under load).
+SCRAPE_TIMEOUT = 10.0
+#: A poll gives up on vLLM's own /metrics sooner, so a slow vLLM does not thin out the polls.
+VLLM_POLL_TIMEOUT = 5.0
+
+
+def scrape(url: str, timeout: float = SCRAPE_TIMEOUT) -> Samples:
     """Every sample of one Prometheus exposition as (name, labels, value)."""
     text = requests.get(url, timeout=timeout).text
     return [(s.name, dict(s.labels), s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def timed_scrape(url: str, timeout: float = SCRAPE_TIMEOUT) -> tuple[Samples | None, float, str | None]:
+    """(samples or None, seconds it took, the error if it failed): a slow answer is a finding, not a crash."""
+    began = time.monotonic()
+    try:
+        samples = scrape(url, timeout)
+    except requests.RequestException as exc:
+        return None, time.monotonic() - began, f"{type(exc).__name__}: {exc}"
+    return samples, time.monotonic() - began, None
 
 
 def values(samples: Samples, name: str, **labels: str) -> list[float]:
@@ -98,6 +116,8 @@ class Poll:
     state: str | None
     vllm_waiting: float | None
     vllm_kv_usage: float | None
+    kvwatch_seconds: float = 0.0  # how long kvwatch's /metrics took to answer
+    kvwatch_failed: str | None = None  # why it did not answer (the fields above are then empty)
 
 
 @dataclass
@@ -121,6 +141,10 @@ class Scenario:
     ports_busy: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
+    def polls(self) -> list[Poll]:
+        """Every look at kvwatch after it knew the pool: under load, then while settling."""
+        return self.under_load + self.settle
+
     def summary(self) -> dict[str, object]:
         """Numbers worth keeping from the run (no samples, no prompts)."""
         return {
@@ -139,6 +163,8 @@ class Scenario:
             },
             "states_under_load": sorted({p.state or "?" for p in self.under_load}),
             "states_settle": [p.state for p in self.settle[-3:]],
+            "kvwatch_answer_seconds_max": round(max((p.kvwatch_seconds for p in self.polls()), default=0.0), 3),
+            "kvwatch_unanswered_polls": [p.kvwatch_failed for p in self.polls() if p.kvwatch_failed][:3],
             "preemptions": {
                 "vllm": values(self.final_vllm, "vllm:num_preemptions_total"),
                 "kvwatch_metrics": values(self.final_kvwatch, "kvwatch_preemptions_total", source="metrics"),
@@ -149,14 +175,14 @@ class Scenario:
 
 
 def _poll(kvwatch_url: str, vllm_url: str, t: float) -> Poll:
-    kv = scrape(kvwatch_url)
-    try:
-        vl = scrape(vllm_url)
-        waiting = sum(values(vl, "vllm:num_requests_waiting"))
-        usage = max(values(vl, "vllm:kv_cache_usage_perc"), default=None)
-    except requests.RequestException:
-        waiting, usage = None, None
-    return Poll(t, tuple(values(kv, "kvwatch_memory_bound")), current_state(kv), waiting, usage)
+    kv, took, failed = timed_scrape(kvwatch_url)
+    # vLLM's own /metrics is slow under load on a CPU build (seconds): a poll without it says so.
+    vl, _, _ = timed_scrape(vllm_url, VLLM_POLL_TIMEOUT)
+    waiting = None if vl is None else sum(values(vl, "vllm:num_requests_waiting"))
+    usage = None if vl is None else max(values(vl, "vllm:kv_cache_usage_perc"), default=None)
+    if kv is None:
+        return Poll(t, (), None, waiting, usage, took, failed)
+    return Poll(t, tuple(values(kv, "kvwatch_memory_bound")), current_state(kv), waiting, usage, took)
 
 
 def _wait_until(predicate: Callable[[], bool], timeout: float, poll: float = POLL_SECONDS) -> bool:
@@ -191,7 +217,7 @@ def _drive(sc: Scenario, kvwatch: StartedProcess, kvwatch_url: str, vllm_base: s
     # bounded, so "under load" really starts with a kvwatch that has read the startup.
     if _wait_until(lambda: _pool_known(kvwatch_url), CATCH_UP_TIMEOUT):
         sc.pool_known_seconds = time.monotonic() - began
-    sc.baseline = scrape(kvwatch_url)
+    sc.baseline = timed_scrape(kvwatch_url)[0] or []
     sc.timings["kvwatch_ready"] = time.monotonic() - began
 
     load = ClosedLoopLoad(LoadConfig(base_url=vllm_base, duration_seconds=LOAD_SECONDS))
@@ -226,12 +252,15 @@ def _drive(sc: Scenario, kvwatch: StartedProcess, kvwatch_url: str, vllm_base: s
     # The load has stopped, so vLLM's counter is stable; give kvwatch a few scrapes to catch up,
     # then read both at the same moment.
     def same_preemptions() -> bool:
-        sc.final_vllm = scrape(vllm_metrics)
-        sc.final_kvwatch = scrape(kvwatch_url)
+        final_vllm, _, _ = timed_scrape(vllm_metrics)
+        final_kvwatch, _, _ = timed_scrape(kvwatch_url)
+        if final_vllm is None or final_kvwatch is None:
+            return False  # still busy finishing the aborted requests: look again
+        sc.final_vllm, sc.final_kvwatch = final_vllm, final_kvwatch
         mine = values(sc.final_kvwatch, "kvwatch_preemptions_total", source="metrics")
         return mine == [sum(values(sc.final_vllm, "vllm:num_preemptions_total"))]
 
-    _wait_until(same_preemptions, 5 * SCRAPE_INTERVAL)
+    _wait_until(same_preemptions, 5 * SCRAPE_INTERVAL + 2 * SCRAPE_TIMEOUT)
 
 
 def _kvwatch_argv(*args: str) -> list[str]:
@@ -300,7 +329,7 @@ def _run_wrapper(sc: Scenario, env: VllmEnv, model_dir: Path) -> None:
         "run",
         *_watch_options(vllm_port, kv_port, model_dir),
         "--",
-        *serve_argv(env.vllm_bin, model_dir, vllm_port, ServeConfig()),
+        *as_busy_neighbour(serve_argv(env.vllm_bin, model_dir, vllm_port, ServeConfig())),
     )
     began = time.monotonic()
     # kvwatch passes vLLM's output through to its stdout; its own log goes to stderr.
@@ -478,6 +507,17 @@ def test_state_changes_are_logged_once_each(scenario: Scenario) -> None:
     watched = scenario.timings.get("load_and_drain", 0.0) + scenario.timings.get("settle", 0.0)
     scrapes = watched / SCRAPE_INTERVAL
     assert len(changes) < scrapes, f"{len(changes)} state lines in {scrapes:.0f} scrapes: logged per scrape?"
+
+
+def test_kvwatch_answers_every_scrape_within_prometheus_default_timeout(scenario: Scenario) -> None:
+    """Under load vLLM's CPU engine keeps the cores busy and its own /metrics slows to seconds;
+    kvwatch's /metrics must still answer each poll inside Prometheus' default 10 s scrape_timeout."""
+    _kvwatch_up(scenario)
+    polls = scenario.polls()
+    assert polls, "kvwatch was never polled"
+    unanswered = [(round(p.t, 1), p.kvwatch_failed) for p in polls if p.kvwatch_failed]
+    slowest = max(p.kvwatch_seconds for p in polls)
+    assert unanswered == [], f"{len(unanswered)} of {len(polls)} polls unanswered (slowest {slowest:.1f} s)"
 
 
 def test_every_started_process_is_gone_and_ports_are_free(scenario: Scenario) -> None:

@@ -15,7 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from .server import HOST, ServeConfig, free_port, pid_alive, serve_argv, serve_env, start_process, wait_for_http_ok
+from .server import (
+    HOST,
+    ServeConfig,
+    as_busy_neighbour,
+    free_port,
+    pid_alive,
+    serve_argv,
+    serve_env,
+    start_process,
+    wait_for_http_ok,
+)
 from .vllm_env import VllmEnv
 
 VLLM_READY_TIMEOUT = 240.0
@@ -29,7 +39,7 @@ def test_kvwatch_run_sigkilled_takes_real_vllm_and_its_engine_core_within_5_seco
     argv = [
         sys.executable, "-m", "kvwatch", "run", "--metrics-url", f"http://{HOST}:{vllm_port}/metrics",
         "--model-config", str(tiny_llama_dir / "config.json"), "--listen", f"{HOST}:{kv_port}", "--",
-        *serve_argv(vllm_env.vllm_bin, tiny_llama_dir, vllm_port, ServeConfig()),
+        *as_busy_neighbour(serve_argv(vllm_env.vllm_bin, tiny_llama_dir, vllm_port, ServeConfig())),
     ]  # fmt: skip
     kvwatch = start_process(
         "kvwatch run", argv, tmp_path / "kvwatch.out", env=serve_env(vllm_env.cache_dir),
