@@ -13,7 +13,10 @@ Pure: the command reads the files and hands over an analyze document (the log's 
 - step time: seconds = a·steps + b·prefill tokens + c·decodes + d·context tokens, fitted by
   non-negative least squares over the scrape intervals in which the engine was busy (steps from
   ``vllm:iteration_tokens_total``, decodes from ``vllm:generation_tokens_total``, prefill tokens =
-  step tokens - decodes, context tokens ≈ steps x KV blocks in use x block size).
+  step tokens - decodes, context tokens ≈ steps x KV blocks in use x block size); an interval that
+  ends with the server idle (the drain's last) only bounds the busy time, and no model may need
+  longer for it (it is the one interval whose batch shrinks, so it tells a cost per step from a cost
+  per sequence: the seed run's steady intervals all carry 4.5-5 sequences per step).
 """
 
 from __future__ import annotations
@@ -263,14 +266,23 @@ def _solve(rows: list[list[float]], ys: list[float], cols: tuple[int, ...]) -> l
     return x
 
 
-def nnls(rows: list[list[float]], ys: list[float]) -> list[float]:
+def nnls(rows: list[list[float]], ys: list[float], bounds: Sequence[tuple[list[float], float]] = ()) -> list[float]:
     """Non-negative least squares over every subset of columns, the subset chosen by BIC.
 
     In a steady run steps, tokens and context grow together from interval to interval, so several
     subsets fit almost equally well and the full one splits the time arbitrarily (a run of pure
     decode steps "explained" by prefill tokens). The Bayesian information criterion,
     n ln(RSS / n) + k ln(n), keeps a term only when the data need it.
+
+    ``bounds``: (row, seconds) of intervals in which the engine was busy for *at most* that long
+    (the server went idle before the interval ended). A subset whose model needs longer for one of
+    them is refused, whatever its BIC: it contradicts what the engine did. When every subset does,
+    the bounds are ignored rather than leave no model.
     """
+    if bounds:
+        unbounded = nnls(rows, ys, ())
+        if all(sum(r[j] * unbounded[j] for j in range(len(r))) <= limit for r, limit in bounds):
+            return unbounded
     m = len(rows[0])
     scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(m)]
     scaled = [[r[j] / scale[j] for j in range(m)] for r in rows]
@@ -283,13 +295,15 @@ def nnls(rows: list[list[float]], ys: list[float]) -> list[float]:
             full = [0.0] * m
             for c, v in zip(cols, x, strict=True):
                 full[c] = v
+            if any(sum(r[j] * full[j] / scale[j] for j in range(m)) > limit for r, limit in bounds):
+                continue
             err = sum((sum(r[j] * full[j] for j in range(m)) - y) ** 2 for r, y in zip(scaled, ys, strict=True))
             n = len(ys)
             bic = n * math.log(max(err, 1e-300) / n) + k * math.log(n)
             if best is None or bic < best[0] - 1e-9:
                 best = (bic, full)
     if best is None:
-        return [0.0] * m
+        return nnls(rows, ys, ()) if bounds else [0.0] * m
     return [v / scale[j] for j, v in enumerate(best[1])]
 
 
@@ -297,11 +311,17 @@ def step_time_from_points(points: Sequence[EvidencePoint], engine: EngineConfig)
     """Fit the step-time model over the busy scrape intervals (see the module docstring)."""
     rows: list[list[float]] = []
     ys: list[float] = []
+    bounds: list[tuple[list[float], float]] = []
     held_tokens = (engine.blocks - 1) * engine.block_size
     for p, q in itertools.pairwise(points):
         dt = q.t - p.t
-        if dt <= 0 or q.running <= 0 or p.running + p.waiting <= 0:
+        if dt <= 0 or p.running + p.waiting <= 0:
             continue
+        # An interval that ends idle (the drain's last) was busy for an unknown part of dt: not a
+        # timing, but an upper bound. It is the one interval where the batch shrinks to nothing,
+        # so it tells a per-step cost from a per-sequence one, which the steady intervals
+        # (always about the same batch) cannot.
+        idle_at_end = q.running <= 0 and q.waiting <= 0
         steps = _d(p.timing.steps, q.timing.steps)
         tokens = _d(p.timing.step_tokens, q.timing.step_tokens)
         gen = _d(p.timing.generation_tokens, q.timing.generation_tokens)
@@ -320,15 +340,22 @@ def step_time_from_points(points: Sequence[EvidencePoint], engine: EngineConfig)
             if (p.kv_usage is not None or q.kv_usage is not None)
             else 0.0
         )
-        rows.append([steps, prefill, gen, steps * usage * held_tokens])
-        ys.append(dt)
+        row = [steps, prefill, gen, steps * usage * held_tokens]
+        if idle_at_end:
+            bounds.append((row, dt))
+        elif q.running > 0:
+            rows.append(row)
+            ys.append(dt)
     if len(rows) < 2:
         raise UnusableInput(
             "the scrapes have fewer than two busy intervals to time the engine by; "
             "give the scrapes saved during the load (e.g. every 10 s)"
         )
-    a, b, c, d = nnls(rows, ys)
-    return StepTime(a, b, c, d), f"step time fitted over {len(rows)} busy scrape intervals"
+    a, b, c, d = nnls(rows, ys, bounds)
+    how = f"step time fitted over {len(rows)} busy scrape intervals"
+    if bounds:
+        how += f", no longer than the {len(bounds)} that ended idle"
+    return StepTime(a, b, c, d), how
 
 
 def _d(a: float | None, b: float | None) -> float | None:
