@@ -413,3 +413,16 @@ def test_a_size_spread_reproduces_the_open_loop_runs_preemptions(capsys: pytest.
     assert doc["scenarios"][0]["result"]["preemptions"] == with_spread[0]  # the command's seed 0
     assert abs(statistics.median(with_spread) - 2) <= 1
     assert max(at_mean) == 0
+
+
+def test_a_closed_loop_sends_until_its_arrival_rate_reaches_the_total() -> None:
+    # tests/fixtures/vllm-cpu: 12 clients for 60 s (README); its scrapes at +50.1 s and +60.1 s saw
+    # 166 and all 197 arrivals. Stopping the replay at the last scrape short of the total (+50.1 s)
+    # cut a sixth of the load (129 requests replayed against 197); the arrivals' steady rate
+    # (3.1 per second) reaches 197 at +60.0 s.
+    cal = _calibration(ROOT / "tests" / "fixtures" / "vllm-cpu")
+    assert cal.workload.kind == "closed"
+    assert abs(cal.workload.duration_s - 60.0) <= 1.0
+    replay = simulate(cal.engine, cal.workload, cal.step_time, V0_32_0, sample_at=cal.observed.sample_at)
+    assert cal.observed.preemptions == 708
+    assert _within_preemption_tolerance(replay.preemptions, 708), replay.preemptions

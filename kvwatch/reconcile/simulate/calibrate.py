@@ -230,8 +230,12 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
     if len(queued) >= 2 and max(queued) - min(queued) <= max(2.0, 0.1 * max(queued)):
         users = round(max(queued))
         why.append(f"closed loop of {users} users = most running + waiting while requests waited (steady)")
-        why.append(f"no new request after {load_end:.0f} s = last scrape before arrivals stopped growing")
-        wl = Workload("closed", users, None, prompt, output, shared, load_end)
+        end = _closed_loop_end(arrivals, load_end, complete_at)
+        why.append(
+            f"no new request after {end:.0f} s = where the arrivals' steady rate reaches their total, "
+            f"between the scrapes at {load_end:.0f} and {complete_at:.0f} s"
+        )
+        wl = Workload("closed", users, None, prompt, output, shared, end)
         return replace(wl, prompt_dist=dists[0], output_dist=dists[1]), why
     # Open: the first arrival came between the last scrape that saw none and the next, the last one
     # between load_end and the scrape that saw them all; midpoints of both gaps bound the sending.
@@ -252,6 +256,25 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
     last = points[-1].t
     wl = Workload("open", None, rate, prompt, output, shared, last, max_requests=sent or None, start_s=start)
     return replace(wl, prompt_dist=dists[0], output_dist=dists[1]), why
+
+
+def _closed_loop_end(arrivals: Sequence[tuple[float, float]], load_end: float, complete_at: float) -> float:
+    """When a closed loop stopped sending: its arrivals grow at a steady rate (one per answer) until
+    then, so the end is where that rate, carried on from the last scrape short of the total, reaches
+    the total, held inside the scrape gap where the count stopped. The first scrape's jump (every
+    user's first request at once) is left out of the rate."""
+    if complete_at <= load_end or len(arrivals) < 2:
+        return load_end
+    total = arrivals[-1][1]
+    before = [(t, a) for t, a in arrivals if t <= load_end]
+    first = next(((t, a) for t, a in before if a > 0), None)
+    if first is None or len(before) < 2 or load_end <= first[0]:
+        return load_end
+    a_end = before[-1][1]
+    rate = (a_end - first[1]) / (load_end - first[0])
+    if rate <= 0:
+        return load_end
+    return min(complete_at, load_end + (total - a_end) / rate)
 
 
 def _size_dists(points: Sequence[EvidencePoint], engine: EngineConfig) -> tuple[SizeDist | None, SizeDist | None]:
