@@ -426,3 +426,12 @@ def test_a_closed_loop_sends_until_its_arrival_rate_reaches_the_total() -> None:
     replay = simulate(cal.engine, cal.workload, cal.step_time, V0_32_0, sample_at=cal.observed.sample_at)
     assert cal.observed.preemptions == 708
     assert _within_preemption_tolerance(replay.preemptions, 708), replay.preemptions
+
+
+def test_a_closed_loop_whose_count_dips_now_and_then_is_still_closed() -> None:
+    # The prefix run's running + waiting while requests waited: 20, 20, 20, 19, 20, 18, 20, 17, 20,
+    # 18, 20 (answers on their way back at a scrape); the open-loop run's climbs 7 ... 42 and falls.
+    prefix = _calibration(PREFIX).workload
+    assert (prefix.kind, prefix.users) == ("closed", 20)
+    assert abs(prefix.duration_s - 120.0) <= 5.0  # the load stopped sending at 120 s (README)
+    assert _calibration(OPENLOOP).workload.kind == "open"
