@@ -254,6 +254,7 @@ def _startup_only_log(tmp_path: Path) -> str:
         ("v0_version", 2, "V0 scheduler"),
         ("nothing_at_all", 1, "no evidence given"),
         ("missing_file", 2, "no such file"),
+        ("range_ratio_of_one", 2, "--range-ratio must be in [0, 1)"),
     ],
 )
 def test_bad_input_is_one_line(
@@ -266,6 +267,7 @@ def test_bad_input_is_one_line(
         "v0_version": [*_evidence(SEED), "--vllm-version", "0.6.3"],
         "nothing_at_all": [],
         "missing_file": [str(tmp_path / "nope.log")],
+        "range_ratio_of_one": [*_evidence(SEED), "--range-ratio", "1"],
     }[case]
     got, out, err = _run(["simulate", *args], capsys)
     assert got == code
@@ -398,6 +400,9 @@ def test_a_size_spread_reproduces_the_open_loop_runs_preemptions(capsys: pytest.
     assert doc["workload"]["prompt_tokens_range"] == [5400, 6602]  # around the histogram mean 6,001
     assert doc["workload"]["output_tokens_range"] == [722, 884]  # around 803
     assert doc["scenarios"][0]["changes"] == {"prompt_tokens_range": [5400, 6602], "output_tokens_range": [722, 884]}
+    code, text, err = _run(["simulate", *_evidence(OPENLOOP), "--lever", "fp8_kv_cache", "--range-ratio", "0.1"], capsys)
+    assert code == 0, err
+    assert "sizes drawn per request: prompts 5,400-6,602, outputs 722-884 tokens" in text
     cal = _calibration(OPENLOOP)
     spread = replace(
         cal.workload,

@@ -576,6 +576,13 @@ def render_text(doc: dict[str, Any]) -> str:
         f"({w['shared_prefix_tokens']:,} shared), "
         + (f"{w['requests']:,} requests" if w.get("requests") else f"{w['duration_s']:g} s of load"),
     ]
+    spread = [
+        f"{what} {r[0]:,}-{r[1]:,}"
+        for what, r in (("prompts", w.get("prompt_tokens_range")), ("outputs", w.get("output_tokens_range")))
+        if r
+    ]
+    if spread:
+        lines.append(f"sizes drawn per request: {', '.join(spread)} tokens (held to max_model_len)")
     cal = doc.get("calibration")
     if cal:
         o, s = cal["observed"], cal["simulated"]
