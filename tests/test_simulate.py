@@ -400,7 +400,8 @@ def test_a_size_spread_reproduces_the_open_loop_runs_preemptions(capsys: pytest.
     assert doc["workload"]["prompt_tokens_range"] == [5400, 6602]  # around the histogram mean 6,001
     assert doc["workload"]["output_tokens_range"] == [722, 884]  # around 803
     assert doc["scenarios"][0]["changes"] == {"prompt_tokens_range": [5400, 6602], "output_tokens_range": [722, 884]}
-    code, text, err = _run(["simulate", *_evidence(OPENLOOP), "--lever", "fp8_kv_cache", "--range-ratio", "0.1"], capsys)
+    args = [*_evidence(OPENLOOP), "--lever", "fp8_kv_cache", "--range-ratio", "0.1"]
+    code, text, err = _run(["simulate", *args], capsys)
     assert code == 0, err
     assert "sizes drawn per request: prompts 5,400-6,602, outputs 722-884 tokens" in text
     cal = _calibration(OPENLOOP)
