@@ -40,6 +40,7 @@ from kvwatch.reconcile.simulate.calibrate import (
 from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload, simulate
 from kvwatch.reconcile.simulate.rules import rules_for
 from kvwatch.reconcile.simulate.scenarios import Scenario, fits, lever_scenarios, result_dict, run
+from kvwatch.reconcile.simulate.sizes import SizeDist, from_range_ratio
 
 SCHEMA = "kvwatch.simulate/1"
 # Without evidence there is nothing to time the engine by: a nominal step (stated in the output).
@@ -161,6 +162,15 @@ def simulate_command(
     duration: Annotated[
         float | None, typer.Option("--duration", help="Seconds of load (no new request after).")
     ] = None,
+    range_ratio: Annotated[
+        float | None,
+        typer.Option(
+            "--range-ratio",
+            metavar="R",
+            help="Draw each prompt and output uniformly within +-R of its mean (as vllm bench serve "
+            "--random-range-ratio does).",
+        ),
+    ] = None,
     lever: Annotated[
         list[str] | None, typer.Option("--lever", help="Simulate only this capacity lever (repeatable).")
     ] = None,
@@ -187,6 +197,8 @@ def simulate_command(
         _nonneg(flag, v)
     if users is not None and rate is not None:
         raise UsageError("give --users (closed loop) or --rate (open loop), not both")
+    if range_ratio is not None and not 0 <= range_ratio < 1:
+        raise UsageError(f"--range-ratio must be in [0, 1) (vllm bench serve's limits), got {range_ratio}")
     if pool_tokens is not None and pool_tokens <= 0:
         raise UsageError(f"--pool-tokens {pool_tokens}: a KV pool of 0 tokens holds no request; give a positive size")
     if model_config and model:
@@ -202,6 +214,7 @@ def simulate_command(
         shared_prefix_tokens=shared_prefix_tokens,
         pool_tokens=pool_tokens,
         duration=duration,
+        range_ratio=range_ratio,
         levers=lever,
         vllm_version=vllm_version,
         seed=seed,
@@ -223,6 +236,7 @@ def _apply_flags(
     output: int | None,
     shared: int | None,
     duration: float | None,
+    range_ratio: float | None = None,
 ) -> Workload:
     # An open-loop run's replay sends its own count of requests (the client's --num-prompts); a
     # closed loop of users, or an explicit duration, sends for a time instead.
@@ -230,10 +244,17 @@ def _apply_flags(
         wl = replace(wl, kind="closed", users=users, rate_per_s=None, max_requests=None)
     if rate is not None:
         wl = replace(wl, kind="open", rate_per_s=rate, users=None)
+    # A size given by flag is every request's size: the evidence's spread no longer applies.
     if prompt is not None:
-        wl = replace(wl, prompt_tokens=prompt)
+        wl = replace(wl, prompt_tokens=prompt, prompt_dist=None)
     if output is not None:
-        wl = replace(wl, output_tokens=output)
+        wl = replace(wl, output_tokens=output, output_dist=None)
+    if range_ratio is not None:
+        wl = replace(
+            wl,
+            prompt_dist=from_range_ratio(wl.prompt_tokens, range_ratio),
+            output_dist=from_range_ratio(wl.output_tokens, range_ratio),
+        )
     if shared is not None:
         wl = replace(wl, shared_prefix_tokens=shared)
     if duration is not None:
@@ -258,6 +279,7 @@ def _build(
     shared_prefix_tokens: int | None,
     pool_tokens: int | None,
     duration: float | None,
+    range_ratio: float | None = None,
     levers: list[str] | None,
     vllm_version: str | None,
     seed: int,
@@ -321,7 +343,9 @@ def _build(
     if engine.blocks < 2:
         raise UnusableInput(f"a KV pool of {engine.pool_tokens} tokens holds no request; vLLM refuses to start with it")
 
-    workload = _apply_flags(base, users, rate, prompt_tokens, output_tokens, shared_prefix_tokens, duration)
+    workload = _apply_flags(
+        base, users, rate, prompt_tokens, output_tokens, shared_prefix_tokens, duration, range_ratio
+    )
     scen_engine = replace(engine, blocks=pool_tokens // engine.block_size) if pool_tokens and cal else engine
     problem = fits(scen_engine, workload)
     if problem is not None:
@@ -428,6 +452,10 @@ def _build(
             "shared_prefix_tokens": workload.shared_prefix_tokens,
             "duration_s": round(workload.duration_s, 1),
             "requests": workload.max_requests,  # a count-bounded load (an open-loop run's own count), or null
+            # [smallest, largest] drawn when requests differ in size (the histograms' spread or
+            # --range-ratio); null when every request has the mean size
+            "prompt_tokens_range": _range(workload.prompt_dist),
+            "output_tokens_range": _range(workload.output_dist),
             "source": "evidence" if cal is not None and workload == base else ("evidence+flags" if cal else "flags"),
         },
         "calibration": calibration,
@@ -457,6 +485,10 @@ def _prometheus_points(query: PrometheusQuery) -> tuple[list[EvidencePoint], dic
     return list(evidence.points), dict(configs[0]) if configs else {}, note
 
 
+def _range(dist: SizeDist | None) -> list[int] | None:
+    return None if dist is None else [dist.low, dist.high]
+
+
 def _changes(base: Workload, wl: Workload, engine: EngineConfig, scen: EngineConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field in (
@@ -470,6 +502,9 @@ def _changes(base: Workload, wl: Workload, engine: EngineConfig, scen: EngineCon
     ):
         if getattr(base, field) != getattr(wl, field):
             out[field] = getattr(wl, field)
+    for field, dist in (("prompt_tokens_range", wl.prompt_dist), ("output_tokens_range", wl.output_dist)):
+        if dist != getattr(base, field.replace("tokens_range", "dist")):
+            out[field] = _range(dist)
     if scen.blocks != engine.blocks:
         out["pool_tokens"] = scen.pool_tokens
     return out
@@ -518,6 +553,13 @@ def render_text(doc: dict[str, Any]) -> str:
         f"({w['shared_prefix_tokens']:,} shared), "
         + (f"{w['requests']:,} requests" if w.get("requests") else f"{w['duration_s']:g} s of load"),
     ]
+    spread = [
+        f"{what} {r[0]:,}-{r[1]:,}"
+        for what, r in (("prompts", w.get("prompt_tokens_range")), ("outputs", w.get("output_tokens_range")))
+        if r
+    ]
+    if spread:
+        lines.append(f"sizes drawn per request: {', '.join(spread)} tokens (held to max_model_len)")
     cal = doc.get("calibration")
     if cal:
         o, s = cal["observed"], cal["simulated"]

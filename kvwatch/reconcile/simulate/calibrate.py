@@ -13,7 +13,10 @@ Pure: the command reads the files and hands over an analyze document (the log's 
 - step time: seconds = a·steps + b·prefill tokens + c·decodes + d·context tokens, fitted by
   non-negative least squares over the scrape intervals in which the engine was busy (steps from
   ``vllm:iteration_tokens_total``, decodes from ``vllm:generation_tokens_total``, prefill tokens =
-  step tokens - decodes, context tokens ≈ steps x KV blocks in use x block size).
+  step tokens - decodes, context tokens ≈ steps x KV blocks in use x block size); an interval that
+  ends with the server idle (the drain's last) only bounds the busy time, and no model may need
+  longer for it (it is the one interval whose batch shrinks, so it tells a cost per step from a cost
+  per sequence: the seed run's steady intervals all carry 4.5-5 sequences per step).
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvwatch.errors import UnusableInput
 from kvwatch.parse.scrapeseries import TimingSeries
 from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload, simulate
 from kvwatch.reconcile.simulate.rules import V0_32_0, SchedulerRules
+from kvwatch.reconcile.simulate.sizes import SizeDist, from_buckets
 from kvwatch.records import MetricsSnapshot
 
 # vLLM's own defaults where a log does not print a setting (vllm/config/scheduler.py 0.32.0:
@@ -53,6 +57,9 @@ class EvidencePoint:
     gen_count: float | None
     gen_sum: float | None
     timing: TimingSeries
+    # cumulative (le, count) of vllm:request_prompt_tokens / _generation_tokens, engines summed
+    prompt_buckets: tuple[tuple[float, float], ...] = ()
+    gen_buckets: tuple[tuple[float, float], ...] = ()
 
 
 def evidence_point(t: float, snap: MetricsSnapshot, timing: TimingSeries) -> EvidencePoint | None:
@@ -70,6 +77,13 @@ def evidence_point(t: float, snap: MetricsSnapshot, timing: TimingSeries) -> Evi
         vals = [v for v in vals if v is not None]
         return sum(vals) if vals else None
 
+    def buckets(attr: str) -> tuple[tuple[float, float], ...]:
+        layouts = [getattr(e, attr).buckets for e in engines if getattr(e, attr) is not None]
+        layouts = [b for b in layouts if b]
+        if not layouts or any([le for le, _c in b] != [le for le, _c in layouts[0]] for b in layouts):
+            return ()
+        return tuple((le, sum(b[i][1] for b in layouts)) for i, (le, _c) in enumerate(layouts[0]))
+
     usages = [e.kv_usage_ratio for e in engines if e.kv_usage_ratio is not None]
     return EvidencePoint(
         t=t,
@@ -84,6 +98,8 @@ def evidence_point(t: float, snap: MetricsSnapshot, timing: TimingSeries) -> Evi
         gen_count=hist("request_generation_tokens", "count"),
         gen_sum=hist("request_generation_tokens", "sum"),
         timing=timing,
+        prompt_buckets=buckets("request_prompt_tokens"),
+        gen_buckets=buckets("request_generation_tokens"),
     )
 
 
@@ -184,6 +200,13 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
     prompt = round(d_sum / d_count)
     output = round(g_sum / g_count)
     why.append(f"prompt {prompt:,} / output {output:,} tokens = Δsum/Δcount of the request histograms")
+    dists = _size_dists(points, engine)
+    for name, dist in zip(("prompt", "output"), dists, strict=True):
+        if dist is not None:
+            why.append(
+                f"{name} sizes drawn from the histogram's {len(dist.pieces)} filled buckets "
+                f"({dist.low:,}-{dist.high:,} tokens, uniform within each)"
+            )
 
     shared = 0
     dq, dh = _delta(points, "prefix_queries"), _delta(points, "prefix_hits")
@@ -203,12 +226,22 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
     # the answers on their way back are missing). An open loop's arrivals do not wait for answers
     # (vllm bench serve draws Poisson gaps up front: benchmarks/serve.py get_request), so the count
     # climbs while they outpace the engine and falls when they don't. A steady count is a closed loop.
+    # "Steady" allows a few answers on their way back at a scrape instant (the count dips below the
+    # users now and then: the prefix run reads 20, 20, 20, 19, 20, 18, 20, 17, ...); an open loop's
+    # count passes its peak once (the open-loop run: 7, 13, 14, 23, 29, 38, 42, 38, ...).
     queued = [p.running + p.waiting for p in points if p.waiting >= 1 and p.t <= load_end]
-    if len(queued) >= 2 and max(queued) - min(queued) <= max(2.0, 0.1 * max(queued)):
+    slack = max(2.0, 0.1 * max(queued)) if queued else 0.0
+    at_ceiling = sum(1 for q in queued if max(queued) - q <= slack)
+    if len(queued) >= 2 and 2 * at_ceiling >= len(queued) + 1:
         users = round(max(queued))
         why.append(f"closed loop of {users} users = most running + waiting while requests waited (steady)")
-        why.append(f"no new request after {load_end:.0f} s = last scrape before arrivals stopped growing")
-        return Workload("closed", users, None, prompt, output, shared, load_end), why
+        end = _closed_loop_end(arrivals, load_end, complete_at)
+        why.append(
+            f"no new request after {end:.0f} s = where the arrivals' steady rate reaches their total, "
+            f"between the scrapes at {load_end:.0f} and {complete_at:.0f} s"
+        )
+        wl = Workload("closed", users, None, prompt, output, shared, end)
+        return replace(wl, prompt_dist=dists[0], output_dist=dists[1]), why
     # Open: the first arrival came between the last scrape that saw none and the next, the last one
     # between load_end and the scrape that saw them all; midpoints of both gaps bound the sending.
     base = arrivals[0][1] if arrivals else 0.0
@@ -226,7 +259,37 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
     # time: the replay sends the run's count at the rate, however long its Poisson draw takes.
     why.append(f"{sent} requests in all = the arrivals the scrapes saw")
     last = points[-1].t
-    return Workload("open", None, rate, prompt, output, shared, last, max_requests=sent or None, start_s=start), why
+    wl = Workload("open", None, rate, prompt, output, shared, last, max_requests=sent or None, start_s=start)
+    return replace(wl, prompt_dist=dists[0], output_dist=dists[1]), why
+
+
+def _closed_loop_end(arrivals: Sequence[tuple[float, float]], load_end: float, complete_at: float) -> float:
+    """When a closed loop stopped sending: its arrivals grow at a steady rate (one per answer) until
+    then, so the end is where that rate, carried on from the last scrape short of the total, reaches
+    the total, held inside the scrape gap where the count stopped. The first scrape's jump (every
+    user's first request at once) is left out of the rate."""
+    if complete_at <= load_end or len(arrivals) < 2:
+        return load_end
+    total = arrivals[-1][1]
+    before = [(t, a) for t, a in arrivals if t <= load_end]
+    first = next(((t, a) for t, a in before if a > 0), None)
+    if first is None or len(before) < 2 or load_end <= first[0]:
+        return load_end
+    a_end = before[-1][1]
+    rate = (a_end - first[1]) / (load_end - first[0])
+    if rate <= 0:
+        return load_end
+    return min(complete_at, load_end + (total - a_end) / rate)
+
+
+def _size_dists(points: Sequence[EvidencePoint], engine: EngineConfig) -> tuple[SizeDist | None, SizeDist | None]:
+    """The spread of prompt and output sizes the histograms show over the run (None: no spread)."""
+    cap = engine.max_model_len - 1  # vLLM refuses longer prompts; outputs are held per request
+    out: list[SizeDist | None] = []
+    for attr in ("prompt_buckets", "gen_buckets"):
+        filled = [getattr(p, attr) for p in points if getattr(p, attr)]
+        out.append(from_buckets(filled[0], filled[-1], cap) if len(filled) >= 2 else None)
+    return out[0], out[1]
 
 
 def _load_end(points: Sequence[EvidencePoint]) -> tuple[float, float]:
@@ -263,14 +326,23 @@ def _solve(rows: list[list[float]], ys: list[float], cols: tuple[int, ...]) -> l
     return x
 
 
-def nnls(rows: list[list[float]], ys: list[float]) -> list[float]:
+def nnls(rows: list[list[float]], ys: list[float], bounds: Sequence[tuple[list[float], float]] = ()) -> list[float]:
     """Non-negative least squares over every subset of columns, the subset chosen by BIC.
 
     In a steady run steps, tokens and context grow together from interval to interval, so several
     subsets fit almost equally well and the full one splits the time arbitrarily (a run of pure
     decode steps "explained" by prefill tokens). The Bayesian information criterion,
     n ln(RSS / n) + k ln(n), keeps a term only when the data need it.
+
+    ``bounds``: (row, seconds) of intervals in which the engine was busy for *at most* that long
+    (the server went idle before the interval ended). A subset whose model needs longer for one of
+    them is refused, whatever its BIC: it contradicts what the engine did. When every subset does,
+    the bounds are ignored rather than leave no model.
     """
+    if bounds:
+        unbounded = nnls(rows, ys, ())
+        if all(sum(r[j] * unbounded[j] for j in range(len(r))) <= limit for r, limit in bounds):
+            return unbounded
     m = len(rows[0])
     scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(m)]
     scaled = [[r[j] / scale[j] for j in range(m)] for r in rows]
@@ -283,13 +355,15 @@ def nnls(rows: list[list[float]], ys: list[float]) -> list[float]:
             full = [0.0] * m
             for c, v in zip(cols, x, strict=True):
                 full[c] = v
+            if any(sum(r[j] * full[j] / scale[j] for j in range(m)) > limit for r, limit in bounds):
+                continue
             err = sum((sum(r[j] * full[j] for j in range(m)) - y) ** 2 for r, y in zip(scaled, ys, strict=True))
             n = len(ys)
             bic = n * math.log(max(err, 1e-300) / n) + k * math.log(n)
             if best is None or bic < best[0] - 1e-9:
                 best = (bic, full)
     if best is None:
-        return [0.0] * m
+        return nnls(rows, ys, ()) if bounds else [0.0] * m
     return [v / scale[j] for j, v in enumerate(best[1])]
 
 
@@ -297,11 +371,17 @@ def step_time_from_points(points: Sequence[EvidencePoint], engine: EngineConfig)
     """Fit the step-time model over the busy scrape intervals (see the module docstring)."""
     rows: list[list[float]] = []
     ys: list[float] = []
+    bounds: list[tuple[list[float], float]] = []
     held_tokens = (engine.blocks - 1) * engine.block_size
     for p, q in itertools.pairwise(points):
         dt = q.t - p.t
-        if dt <= 0 or q.running <= 0 or p.running + p.waiting <= 0:
+        if dt <= 0 or p.running + p.waiting <= 0:
             continue
+        # An interval that ends idle (the drain's last) was busy for an unknown part of dt: not a
+        # timing, but an upper bound. It is the one interval where the batch shrinks to nothing,
+        # so it tells a per-step cost from a per-sequence one, which the steady intervals
+        # (always about the same batch) cannot.
+        idle_at_end = q.running <= 0 and q.waiting <= 0
         steps = _d(p.timing.steps, q.timing.steps)
         tokens = _d(p.timing.step_tokens, q.timing.step_tokens)
         gen = _d(p.timing.generation_tokens, q.timing.generation_tokens)
@@ -320,15 +400,22 @@ def step_time_from_points(points: Sequence[EvidencePoint], engine: EngineConfig)
             if (p.kv_usage is not None or q.kv_usage is not None)
             else 0.0
         )
-        rows.append([steps, prefill, gen, steps * usage * held_tokens])
-        ys.append(dt)
+        row = [steps, prefill, gen, steps * usage * held_tokens]
+        if idle_at_end:
+            bounds.append((row, dt))
+        elif q.running > 0:
+            rows.append(row)
+            ys.append(dt)
     if len(rows) < 2:
         raise UnusableInput(
             "the scrapes have fewer than two busy intervals to time the engine by; "
             "give the scrapes saved during the load (e.g. every 10 s)"
         )
-    a, b, c, d = nnls(rows, ys)
-    return StepTime(a, b, c, d), f"step time fitted over {len(rows)} busy scrape intervals"
+    a, b, c, d = nnls(rows, ys, bounds)
+    how = f"step time fitted over {len(rows)} busy scrape intervals"
+    if bounds:
+        how += f", no longer than the {len(bounds)} that ended idle"
+    return StepTime(a, b, c, d), how
 
 
 def _d(a: float | None, b: float | None) -> float | None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from kvwatch.reconcile.simulate.blockpool import BlockPool
 from kvwatch.reconcile.simulate.rules import SchedulerRules
+from kvwatch.reconcile.simulate.sizes import SizeDist
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,8 @@ class EngineConfig:
 class Workload:
     """Who sends what: a closed loop of ``users`` (each sends again as soon as an answer returns) or
     an open loop at ``rate_per_s`` (Poisson) from ``start_s``; no new request after ``duration_s``
-    (both seconds on the evidence's clock)."""
+    (both seconds on the evidence's clock). Every request has ``prompt_tokens`` + ``output_tokens``
+    unless ``prompt_dist`` / ``output_dist`` give a spread to draw each request's sizes from."""
 
     kind: str  # "closed" | "open"
     users: int | None
@@ -69,6 +71,8 @@ class Workload:
     duration_s: float
     max_requests: int | None = None
     start_s: float = 0.0
+    prompt_dist: SizeDist | None = None
+    output_dist: SizeDist | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +235,10 @@ def simulate(
     rng = random.Random(seed)
     res = SimResult()
     prefix_blocks = workload.shared_prefix_tokens // bs if caching else 0
+    # Sizes come from their own generator, so a spread never moves the arrival draws of a seed.
+    size_rng = random.Random(f"sizes:{seed}")
+    prompt_sampler = workload.prompt_dist.sampler(size_rng) if workload.prompt_dist else None
+    output_sampler = workload.output_dist.sampler(size_rng) if workload.output_dist else None
 
     running: list[_Req] = []
     waiting: deque[_Req] = deque()
@@ -326,7 +334,14 @@ def simulate(
     while True:
         while arrivals and arrivals[0][0] <= now:
             t_arr, rid = heapq.heappop(arrivals)
-            waiting.append(_Req(rid, t_arr, workload.prompt_tokens, workload.output_tokens, prefix_blocks))
+            prompt = prompt_sampler.draw() if prompt_sampler else workload.prompt_tokens
+            output = output_sampler.draw() if output_sampler else workload.output_tokens
+            # A drawn size is held to what vLLM 0.32.0 lets run: a longer prompt is refused
+            # (vllm/renderers/params.py _token_len_check), and no request grows past max_model_len
+            # (Scheduler.schedule caps num_new_tokens at max_model_len - computed - 1).
+            prompt = min(prompt, max_len - 1)
+            output = max(1, min(output, max_len - prompt))
+            waiting.append(_Req(rid, t_arr, prompt, output, prefix_blocks))
             if workload.kind == "open":
                 nxt = t_arr + rng.expovariate(workload.rate_per_s or 1.0)
                 if can_send(nxt):

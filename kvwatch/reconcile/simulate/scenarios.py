@@ -78,13 +78,20 @@ def result_dict(res: SimResult, time_weighted: bool = False) -> dict[str, Any]:
 
 
 def fits(engine: EngineConfig, workload: Workload) -> str | None:
-    """Why this workload can never run on this engine (vLLM would refuse or livelock), or None."""
+    """Why this workload can never run on this engine (vLLM would refuse or livelock), or None.
+
+    With a spread of sizes the largest draw decides (the engine holds a draw to max_model_len, so
+    only the mean sizes are refused for it)."""
     total = workload.prompt_tokens + workload.output_tokens
     if total > engine.max_model_len:
         return (
             f"a request of {workload.prompt_tokens:,} + {workload.output_tokens:,} tokens exceeds max_model_len "
             f"{engine.max_model_len:,}: vLLM refuses it"
         )
+    if workload.prompt_dist is not None or workload.output_dist is not None:
+        prompt = workload.prompt_dist.high if workload.prompt_dist else workload.prompt_tokens
+        output = workload.output_dist.high if workload.output_dist else workload.output_tokens
+        total = min(prompt + output, engine.max_model_len)
     usable = (engine.blocks - 1) * engine.block_size
     if total > usable:
         return (
