@@ -125,3 +125,35 @@ def name() -> str:
     """Which scanner reads logs in this process: ``hyperscan X.Y.Z`` or ``python``."""
     engine = _engine()
     return f"hyperscan {engine.version}" if engine is not None else "python"
+
+
+# The anchors as text, for lines that arrive decoded (the sidecar's followed lines).
+_TEXT_ANCHORS = tuple(a.decode("ascii") for a in PREFILTER_ANCHORS)
+
+
+def anchored_lines(lines: list[str]) -> list[bool]:
+    """For each of ``lines`` (decoded, without their newlines): whether it holds one of
+    PREFILTER_ANCHORS, the same answer whichever scanner runs.
+
+    The sidecar follows a log one batch of lines at a time; a line with no anchor holds no line
+    kind of the pattern table, so the parser can pass it by (``LogParser.feed_lines``). The
+    compiled scanner checks the whole batch in one pass over its UTF-8 bytes (the anchors are
+    ASCII, so a line's bytes hold one exactly when its text does); the fallback, one ``in`` per
+    anchor per line.
+    """
+    engine = _engine()
+    if engine is None or not lines:
+        return [any(a in line for a in _TEXT_ANCHORS) for line in lines]
+    # "replace": a lone surrogate (never produced by the UTF-8 decoder's "replace") cannot spell an anchor.
+    data = "\n".join(lines).encode("utf-8", "replace") + b"\n"
+    spans: Spans = {}
+    engine.find(data, spans, 0, len(data))
+    hits = [False] * len(lines)
+    index = 0
+    prev = 0
+    count = data.count
+    for start in sorted(spans):  # line starts, ascending: count the newlines between them once
+        index += count(b"\n", prev, start)
+        prev = start
+        hits[index] = True
+    return hits
