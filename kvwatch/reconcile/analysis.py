@@ -656,7 +656,6 @@ def analyze_paths(
     ``model`` (a name or a config.json path) goes to ``levers_hook``. ``progress`` is called with
     the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
     """
-    from kvwatch.parse.metrics import parse_exposition
     from kvwatch.parse.scrapes import creation_stamp, looks_like_exposition
     from kvwatch.sources.files import check_path, iter_logs, paused_gc  # local: importable without I/O
     from kvwatch.sources.saved_scrapes import read_head, read_scrape
@@ -675,6 +674,9 @@ def analyze_paths(
             analysis.add_input(log.path, log.lines, log.bytes)
     readings = []
     scrape_texts: list[tuple[str, float | None, Any]] = []
+    if scrape_paths:
+        # local: prometheus_client's parser (and its package's HTTP exposition) only for scrapes
+        from kvwatch.parse.metrics import parse_exposition
     for path in scrape_paths:
         scrape = read_scrape(path)
         reading = ScrapeReading(path, scrape.mtime, creation_stamp(scrape.text), parse_exposition(scrape.text))
