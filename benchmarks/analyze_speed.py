@@ -28,6 +28,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,7 +62,9 @@ def _timed(cmd: list[str], env: dict[str, str] | None = None, key: str | None = 
     # /dev/null, which would time nothing.
     cpu0 = _cpu_children()
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.PIPE, check=True, env=env)
+    # cwd: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH; run from
+    # the repository, the baseline would import this tree's kvwatch.
+    subprocess.run(cmd, stdout=subprocess.PIPE, check=True, env=env, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - t0
     if key is not None:
         # On a loaded machine wall time measures the load; CPU time (the workers are reaped by

@@ -179,6 +179,8 @@ def main() -> int:
             stdout=subprocess.DEVNULL,
             stderr=(work / "baseline.err").open("w"),
             env={**os.environ, "PYTHONPATH": args.baseline_src},
+            # `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH
+            cwd=str(work),
         )
     tail = subprocess.Popen(["tail", "-F", "-n", "0", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     writer = Writer(log, args.rate)
