@@ -31,6 +31,7 @@ from kvwatch.reconcile.live import Event, Expected, LiveState
 from kvwatch.records import LogRecord, TimingSeries
 from kvwatch.settings import WatchSettings
 from kvwatch.sources.lines import LineSource
+from kvwatch.sources import scanner
 from kvwatch.sources.scanner import anchored_lines
 
 if TYPE_CHECKING:
@@ -371,6 +372,10 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
     from kvwatch.parse.log import LogParser
 
     configure_logging()
+    # The followed lines' scanner, compiled by a short-lived interpreter now rather than here at the
+    # first batch: the compiler's memory never joins the sidecar's (kvwatch.sources.scanner).
+    scanner.compile_out_of_process()
+    scanner.name()
     arch = _architecture(settings)
     state = LiveState(
         expected=lambda facts: expected_for(arch or _model_named_in_log(facts), facts, settings),

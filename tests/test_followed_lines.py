@@ -12,6 +12,7 @@ records to the line-by-line parser's over every real log in every transport form
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -100,8 +101,9 @@ def test_the_line_a_terminal_cut_inside_the_record_start_is_read_though_it_holds
         ["", "x cache y", ""],
         ["no anchor here", "ünïcödé cache", "tail\twith throughput"],
         ["a" * 5000 + "Shutting"],
+        ["two\nlines", "then cache", "none"],  # a caller's line holding a newline shifts nothing
     ],
-    ids=["none", "one-empty", "empty-around", "non-ascii", "long-line"],
+    ids=["none", "one-empty", "empty-around", "non-ascii", "long-line", "embedded-newline"],
 )
 def test_both_scanners_mark_the_same_lines(lines: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     expected = [any(a.decode() in line for a in PREFILTER_ANCHORS) for line in lines]
@@ -119,3 +121,42 @@ def test_without_hyperscan_the_batch_is_marked_by_the_python_scanner(monkeypatch
     finally:
         monkeypatch.undo()
         scanner._compiled.cache_clear()
+
+
+@pytest.fixture
+def compiled_elsewhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The scanner as the sidecar loads it: compiled by a short-lived interpreter."""
+    if scanner._compiled() is None:
+        pytest.skip("hyperscan does not import here")
+    monkeypatch.setattr(scanner, "_compile_elsewhere", False)
+    scanner.compile_out_of_process()
+    yield
+    monkeypatch.undo()
+    scanner._compiled.cache_clear()
+
+
+def test_the_database_compiled_elsewhere_marks_the_lines_compiled_here_mark(
+    compiled_elsewhere: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loads: list[object] = []
+    real = scanner._loaded
+
+    def spy(*args: object) -> object:
+        loads.append(engine := real(*args))  # type: ignore[arg-type]
+        return engine
+
+    monkeypatch.setattr(scanner, "_loaded", spy)
+    scanner._compiled.cache_clear()
+    assert scanner._compiled() is loads[0]  # the database the other interpreter compiled
+    for path in [*REAL_LOGS, SEED_LOG]:
+        lines = _lines(path.read_bytes())
+        assert scanner.anchored_lines(lines) == [any(a.decode() in line for a in PREFILTER_ANCHORS) for line in lines]
+
+
+def test_without_an_interpreter_to_compile_in_the_scanner_compiles_here(
+    compiled_elsewhere: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    scanner._compiled.cache_clear()
+    assert scanner.name().startswith("hyperscan ")
+    assert scanner.anchored_lines(["GPU KV cache usage: 1.0%", "200 OK"]) == [True, False]
