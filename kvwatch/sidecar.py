@@ -30,8 +30,8 @@ from kvwatch.export.server import MetricsServer
 from kvwatch.reconcile.live import Event, Expected, LiveState
 from kvwatch.records import LogRecord, TimingSeries
 from kvwatch.settings import WatchSettings
-from kvwatch.sources.lines import LineSource
 from kvwatch.sources import scanner
+from kvwatch.sources.lines import LineSource
 from kvwatch.sources.scanner import anchored_lines
 
 if TYPE_CHECKING:
