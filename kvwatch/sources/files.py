@@ -17,7 +17,8 @@ whole lines, and only *candidate* physical lines are decoded and parsed:
 Candidates go through the one ``LogParser`` in order, with their true line numbers. A large plain
 file, or many files, are cut into chunk-sized byte ranges scanned (and parsed) by one pool of
 worker processes; a .gz is inflated by a reader thread (zlib releases the GIL) while the pieces
-before are scanned, by the workers when it is large. Results come back in input order, so the
+before are scanned, by the workers when it is large (the pieces reach them as short-lived files,
+kvwatch.sources.spool). Results come back in input order, so the
 outcome is the same as a serial read (tests compare them). Memory is bounded by the chunk size
 times the ranges in flight, never by the input size.
 """
