@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,7 +38,9 @@ COMMANDS = {
 
 def _timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=env)
+    # cwd: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH; run from
+    # the repository, the baseline would import this tree's kvwatch.
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=env, cwd=tempfile.gettempdir())
     return time.perf_counter() - t0
 
 

@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from kvwatch.parse.metrics import parse_exposition
 from kvwatch.parse.scrapes import creation_stamp, looks_like_exposition
 from kvwatch.reconcile.analysis import Analysis
 from kvwatch.reconcile.evidence import (
@@ -60,6 +59,9 @@ def analyze_paths(
             analysis.add_input(log.path, log.lines, log.bytes)
     readings = []
     scrape_texts: list[tuple[str, float | None, Any]] = []
+    if scrape_paths:
+        # local: prometheus_client's parser (and its package's HTTP exposition) only for scrapes
+        from kvwatch.parse.metrics import parse_exposition
     for path in scrape_paths:
         scrape = read_scrape(path)
         reading = ScrapeReading(path, scrape.mtime, creation_stamp(scrape.text), parse_exposition(scrape.text))

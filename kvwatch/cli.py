@@ -15,7 +15,10 @@ from types import ModuleType
 
 import typer
 
+from kvwatch import cli_coercion
 from kvwatch.errors import KvwatchError
+
+cli_coercion.install()  # plain option values coerced without importing pydantic (start-up time)
 
 app = typer.Typer(
     name="kvwatch",

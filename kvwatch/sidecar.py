@@ -30,7 +30,9 @@ from kvwatch.export.server import MetricsServer
 from kvwatch.reconcile.live import Event, Expected, LiveState
 from kvwatch.records import LogRecord, TimingSeries
 from kvwatch.settings import WatchSettings
+from kvwatch.sources import scanner
 from kvwatch.sources.lines import LineSource
+from kvwatch.sources.scanner import anchored_lines
 
 if TYPE_CHECKING:
     from kvwatch.export.webconfig import WebConfig
@@ -92,6 +94,10 @@ class LineParser(Protocol):
         """Records completed by this line."""
         ...
 
+    def feed_lines(self, lines: list[str], anchored: list[bool]) -> list[LogRecord]:
+        """Records completed by these lines; ``anchored[i]``: line i holds a prefilter anchor."""
+        ...
+
     def finish(self) -> list[LogRecord]:
         """Records still held (a stats record awaiting a possible continuation line)."""
         ...
@@ -151,10 +157,12 @@ class Sidecar:
         """Parse lines and apply their records (one lock hold per batch)."""
         now = self.clock()
         events: list[Event] = []
+        # The scanner marks the few lines that can say something (one compiled pass over the
+        # batch); the parser passes the others by, as the analyze reader does.
+        anchored = anchored_lines(lines)
         with self.lock:
-            for line in lines:
-                for record in self.parser.feed_line(line):
-                    events += self.state.on_log_record(record, now)
+            for record in self.parser.feed_lines(lines, anchored):
+                events += self.state.on_log_record(record, now)
         _emit(events)
 
     def flush_parser(self) -> None:
@@ -364,6 +372,10 @@ def build_sidecar(settings: WatchSettings, lines: LineSource | None, log_name: s
     from kvwatch.parse.log import LogParser
 
     configure_logging()
+    # The followed lines' scanner, compiled by a short-lived interpreter now rather than here at the
+    # first batch: the compiler's memory never joins the sidecar's (kvwatch.sources.scanner).
+    scanner.compile_out_of_process()
+    scanner.name()
     arch = _architecture(settings)
     state = LiveState(
         expected=lambda facts: expected_for(arch or _model_named_in_log(facts), facts, settings),

@@ -26,7 +26,6 @@ import typer
 from kvwatch.errors import UnusableInput, UsageError
 from kvwatch.parse.metrics import ExpositionReading, read_exposition
 from kvwatch.records import EngineSample, HistogramSummary, MetricsSnapshot
-from kvwatch.sources.scrape import MetricsScraper, redact
 
 SCHEMA = "kvwatch.snapshot/1"
 
@@ -111,6 +110,9 @@ def load(
 def _load_url(
     url: str, *, bearer_token: str | None, verify: bool | str, timeout: float
 ) -> tuple[ExpositionReading, dict[str, Any]]:
+    # local: requests and urllib3 load only for a URL, not for a saved file (start-up time)
+    from kvwatch.sources.scrape import MetricsScraper, redact
+
     readings: list[ExpositionReading] = []
 
     def reader(text: str) -> ExpositionReading:

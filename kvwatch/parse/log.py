@@ -387,6 +387,22 @@ def _cut_stats_start(text: str) -> int:
     return -1
 
 
+_TAIL = len(P.STATS_START)
+
+
+def _may_open_record(line: str) -> bool:
+    """Whether a line holding no prefilter anchor may still end with a stats record cut inside its
+    "Avg prompt throughput:" (``_cut_stats_start`` needs the "A" of "Avg" among the last
+    len(STATS_START) characters of the line's last segment, a suffix of the cleaned line).
+
+    ``clean`` drops characters only at a "[" (ANSI codes and their remnants) or a CR, and rewrites
+    a docker json-file line whole; other lines are their own cleaned text, up to spaces.
+    """
+    if "[" in line or "\r" in line or line.startswith('{"log":'):
+        line = clean(line)
+    return "A" in line[-_TAIL:]
+
+
 def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) -> None:
     text = seg.text
     ts = seg.ts
@@ -779,6 +795,26 @@ class LogParser:
             self._pending = _Wrapped(lineno, lineno, text, start, ts, others, scan.records, scan.widths)
             return out
         out.extend(scan.records)
+        return out
+
+    def feed_lines(self, lines: Iterable[str], anchored: Iterable[bool]) -> list[LogRecord]:
+        """``feed_line`` for consecutive lines, passing by those that can say nothing.
+
+        ``anchored`` says, for each line, whether it holds one of ``logpatterns.PREFILTER_ANCHORS``
+        (the caller's scanner decides: kvwatch.sources.scanner.anchored_lines). A line without one
+        holds no line kind, stats record, preemption or shutdown marker (every pattern holds an
+        anchor, tests/test_log_parse.py checks it), so parsing it only counts it, unless it is
+        read for what came before it: the rest of a wrapped record, or the line that judges a
+        held EngineDeadError; or it may begin a record that a hard wrap cut inside "Avg prompt
+        throughput:" (``_may_open_record``). The records are exactly ``feed_line``'s, line by
+        line (tests/test_followed_lines.py compares them on every real log in every transport form).
+        """
+        out: list[LogRecord] = []
+        for line, hit in zip(lines, anchored, strict=True):
+            if hit or self._pending is not None or self._dead is not None or _may_open_record(line):
+                out.extend(self.feed_line(line))
+            else:
+                self.lines += 1  # what feed_line does with a line that says nothing
         return out
 
     def feed_chunk(self, candidates: Iterable[tuple[int, str, LineScan | StatsRow]], base: int) -> list[LogRecord]:

@@ -15,8 +15,6 @@ import html
 import re
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from kvwatch.parse.metricnames import split_prefix
 
 _METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -223,6 +221,10 @@ def _unelide(line: str) -> str | None:
 
 def line_problem(line: str) -> str | None:
     """Why one line cannot be read on its own, or None when it can."""
+    # local: the log reader imports this module for WEB_SPACES, and prometheus_client's package
+    # import (its HTTP exposition, http.server, ssl) is a fifth of `kvwatch analyze`'s start-up
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         list(text_string_to_metric_families(line + "\n"))
     except Exception:  # see _read_samples

@@ -17,7 +17,8 @@ whole lines, and only *candidate* physical lines are decoded and parsed:
 Candidates go through the one ``LogParser`` in order, with their true line numbers. A large plain
 file, or many files, are cut into chunk-sized byte ranges scanned (and parsed) by one pool of
 worker processes; a .gz is inflated by a reader thread (zlib releases the GIL) while the pieces
-before are scanned, by the workers when it is large. Results come back in input order, so the
+before are scanned, by the workers when it is large (the pieces reach them as short-lived files,
+kvwatch.sources.spool). Results come back in input order, so the
 outcome is the same as a serial read (tests compare them). Memory is bounded by the chunk size
 times the ranges in flight, never by the input size.
 """
@@ -44,6 +45,7 @@ from kvwatch.errors import UsageError
 from kvwatch.parse.log import MAX_WRAP_LINES, LineScan, LogParser, StatsRow, scan_line_compact
 from kvwatch.parse.logpatterns import STATS_START
 from kvwatch.records import LogRecord, LogTime
+from kvwatch.sources import spool
 from kvwatch.sources.readahead import read_ahead
 from kvwatch.sources.scanner import find_lines, line_spans
 
@@ -382,15 +384,12 @@ def _scans(path: str, jobs: int, pool: Any = None) -> Iterator[ChunkScan]:
     try:
         if storage == "gzip":
             # Decompression (zlib releases the GIL) runs in a reader thread while this one scans;
-            # with workers, they scan the decompressed pieces while this process inflates.
-            pieces = read_ahead(_pieces(fh))
-            if pool is not None:
-                yield from _in_order(pool, _scan_piece, pieces, jobs)
+            # with workers, they scan the decompressed pieces while this process inflates, and
+            # the pieces reach them as files the reader thread writes (kvwatch.sources.spool).
+            if pool is not None or (jobs > 1 and size >= PARALLEL_MIN_BYTES // 8):  # ~PARALLEL_MIN_BYTES of text
+                yield from _spooled_scans(fh, jobs, pool)
                 return
-            if jobs > 1 and size >= PARALLEL_MIN_BYTES // 8:  # about PARALLEL_MIN_BYTES of text
-                yield from _pooled_piece_scans(pieces, jobs)
-                return
-            yield from (candidate_lines(data, True, lo, hi) for data, lo, hi in pieces)
+            yield from (candidate_lines(data, True, lo, hi) for data, lo, hi in read_ahead(_pieces(fh)))
             return
         for data, lo, hi in _pieces(fh):
             yield candidate_lines(data, True, lo, hi)
@@ -412,6 +411,28 @@ def _scan_piece(piece: Piece) -> ChunkScan:
         return candidate_lines(data, True, lo, hi)
 
 
+def _scan_spooled(item: spool.Spooled) -> ChunkScan:
+    """Worker: the candidate lines of one spooled piece (its file is deleted once read)."""
+    return _scan_piece(spool.take(item))
+
+
+def _spooled_scans(fh: BinaryIO, jobs: int, pool: Any) -> Iterator[ChunkScan]:
+    """A stream's pieces, inflated and spooled by the reader thread, scanned by worker processes in
+    order (``pool``, or a pool of ``jobs`` started here)."""
+    with spool.spool_directory() as directory:
+        pieces = read_ahead(spool.spooled(_pieces(fh), directory))
+        try:
+            if pool is not None:
+                yield from _in_order(pool, _scan_spooled, pieces, jobs)
+            else:
+                with _pool(jobs) as own:
+                    yield from _in_order(own, _scan_spooled, pieces, jobs)
+        finally:
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()  # the reader thread stops before its directory goes
+
+
 def _pool(jobs: int) -> Any:
     import multiprocessing
 
@@ -429,12 +450,6 @@ def _in_order(pool: Any, func: Callable[[Any], ChunkScan], work: Iterator[Any], 
         if nxt is not None:
             in_flight.append(pool.apply_async(func, (nxt,)))
         yield result
-
-
-def _pooled_piece_scans(pieces: Iterator[Piece], jobs: int) -> Iterator[ChunkScan]:
-    """Pieces of a stream (decompressed here) scanned by ``jobs`` worker processes, in order."""
-    with _pool(jobs) as pool:
-        yield from _in_order(pool, _scan_piece, pieces, jobs)
 
 
 def _parallel_scans(path: str, size: int, jobs: int) -> Iterator[ChunkScan]:

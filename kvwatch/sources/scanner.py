@@ -22,6 +22,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 from kvwatch.parse.logpatterns import PREFILTER_ANCHORS
@@ -49,16 +51,21 @@ def find_lines(data: bytes, anchors: tuple[bytes, ...], spans: Spans, lo: int, h
             pos = find(anchor, end, hi)
 
 
+def _expression(anchors: tuple[bytes, ...]) -> bytes:
+    # re.escape: every literal byte as itself (Hyperscan reads PCRE syntax, where "\ " and
+    # "\." are the literal space and dot, as in Python's re).
+    return b"(?:" + b"|".join(re.escape(a) for a in anchors) + b")[^\n]*\n"
+
+
 class _Hyperscan:
     """The anchors compiled into one Hyperscan block-mode database (compiled once per process)."""
 
-    def __init__(self, hyperscan: Any, anchors: tuple[bytes, ...]) -> None:
+    def __init__(self, hyperscan: Any, anchors: tuple[bytes, ...], db: Any = None) -> None:
         self.anchors = anchors
-        # re.escape: every literal byte as itself (Hyperscan reads PCRE syntax, where "\ " and
-        # "\." are the literal space and dot, as in Python's re).
-        alternatives = b"|".join(re.escape(a) for a in anchors)
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(expressions=[b"(?:" + alternatives + b")[^\n]*\n"], ids=[0], flags=[0])
+        if db is None:
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=[_expression(anchors)], ids=[0], flags=[0])
+        self._db = db
         self.version = str(getattr(hyperscan, "__version__", "?"))
 
     def find(self, data: bytes, spans: Spans, lo: int, hi: int) -> None:
@@ -85,6 +92,27 @@ class _Hyperscan:
                 spans[start] = hi
 
 
+# A short-lived interpreter that compiles the expression on stdin and writes the serialized database.
+_COMPILER = (
+    "import sys, hyperscan\n"
+    "db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)\n"
+    "db.compile(expressions=[sys.stdin.buffer.read()], ids=[0], flags=[0])\n"
+    "sys.stdout.buffer.write(hyperscan.dumpb(db))\n"
+)
+_compile_elsewhere = False  # set by compile_out_of_process()
+
+
+def _loaded(hyperscan: Any, anchors: tuple[bytes, ...]) -> _Hyperscan:
+    """The database compiled by another interpreter and loaded here (hs_serialize_database /
+    hs_deserialize_database): this process never runs Hyperscan's compiler."""
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILER], input=_expression(anchors), capture_output=True, timeout=120, check=True
+    )
+    db = hyperscan.loadb(out.stdout, hyperscan.HS_MODE_BLOCK)
+    db.scratch = hyperscan.Scratch(db)
+    return _Hyperscan(hyperscan, anchors, db)
+
+
 @functools.cache
 def _compiled() -> _Hyperscan | None:
     """The compiled scanner for PREFILTER_ANCHORS (once per process), or None if it cannot load."""
@@ -92,10 +120,29 @@ def _compiled() -> _Hyperscan | None:
         import hyperscan
     except ImportError:  # no wheel for this platform: the pure-Python scanner
         return None
+    if _compile_elsewhere:
+        try:
+            return _loaded(hyperscan, PREFILTER_ANCHORS)
+        except Exception:  # no interpreter to run, a timeout, a refused database: compile here
+            pass
     try:
         return _Hyperscan(hyperscan, PREFILTER_ANCHORS)
     except Exception:  # hyperscan.error (e.g. a CPU without SSSE3): the pure-Python scanner
         return None
+
+
+def compile_out_of_process() -> None:
+    """Compile the database in a short-lived interpreter from now on, for a long-running process.
+
+    Hyperscan's compiler is most of the library: compiling in the sidecar touched its pages and
+    left its heap behind, ~5 MiB of resident memory for the sidecar's life (benchmarks/footprint.py:
+    58.7 vs 52.4 MiB after 90 s at 5,000 lines/s). The database a compile gives is 40 KB and
+    loads without the compiler. Call before the first scan; ``analyze`` compiles in-process (once,
+    before its workers fork, for a run of seconds).
+    """
+    global _compile_elsewhere  # noqa: PLW0603 (one switch for the process, set once at start-up)
+    _compile_elsewhere = True
+    _compiled.cache_clear()
 
 
 def _engine() -> _Hyperscan | None:
@@ -125,3 +172,37 @@ def name() -> str:
     """Which scanner reads logs in this process: ``hyperscan X.Y.Z`` or ``python``."""
     engine = _engine()
     return f"hyperscan {engine.version}" if engine is not None else "python"
+
+
+# The anchors as text, for lines that arrive decoded (the sidecar's followed lines).
+_TEXT_ANCHORS = tuple(a.decode("ascii") for a in PREFILTER_ANCHORS)
+
+
+def anchored_lines(lines: list[str]) -> list[bool]:
+    """For each of ``lines`` (decoded, without their newlines): whether it holds one of
+    PREFILTER_ANCHORS, the same answer whichever scanner runs.
+
+    The sidecar follows a log one batch of lines at a time; a line with no anchor holds no line
+    kind of the pattern table, so the parser can pass it by (``LogParser.feed_lines``). The
+    compiled scanner checks the whole batch in one pass over its UTF-8 bytes (the anchors are
+    ASCII, so a line's bytes hold one exactly when its text does); the fallback, one ``in`` per
+    anchor per line.
+    """
+    engine = _engine()
+    data = b""
+    if engine is not None and lines:
+        # "replace": a lone surrogate (never produced by the UTF-8 decoder's "replace") cannot spell an anchor.
+        data = "\n".join(lines).encode("utf-8", "replace") + b"\n"
+    if engine is None or data.count(b"\n") != len(lines):  # no engine, or a line holding a newline
+        return [any(a in line for a in _TEXT_ANCHORS) for line in lines]
+    spans: Spans = {}
+    engine.find(data, spans, 0, len(data))
+    hits = [False] * len(lines)
+    index = 0
+    prev = 0
+    count = data.count
+    for start in sorted(spans):  # line starts, ascending: count the newlines between them once
+        index += count(b"\n", prev, start)
+        prev = start
+        hits[index] = True
+    return hits
