@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kvwatch.reconcile.causes import ProgressTracker, case_from_document, diagnose
 from kvwatch.reconcile.evidence import EvidenceInputs, MetricsEvidence, apply_metrics
@@ -162,6 +162,9 @@ class Timeline:
         ]
 
 
+_Num = TypeVar("_Num", int, float)
+
+
 @dataclass
 class _EngineState:
     """Saturation bookkeeping of one (input, engine)."""
@@ -177,6 +180,11 @@ class _EngineState:
     last_state: str | None = None
     last_t: float = float("-inf")
     timeline: Timeline = field(default_factory=Timeline)
+
+
+def _peak(values: Iterable[_Num | None]) -> _Num | None:
+    """The largest of the values that are not None (None if all are)."""
+    return max((v for v in values if v is not None), default=None)
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -195,9 +203,6 @@ class Analysis:
         self.stats_count = 0
         self.last: StatsRecord | None = None
         self.last_busy: StatsRecord | None = None
-        self.max_running: int | None = None
-        self.max_waiting: int | None = None
-        self.max_kv: float | None = None
         self.first_ts: LogTime | None = None
         self.last_ts: LogTime | None = None
         self.warnings = 0
@@ -230,6 +235,24 @@ class Analysis:
         self.progress = ProgressTracker()  # what the cause table needs beyond the document
 
     # ---- input -------------------------------------------------------------------------------
+
+    # The whole input's peaks are the peaks of its (input, engine) states: every stats record
+    # reaches exactly one of them, so they are kept there once, not twice per record.
+    @property
+    def max_running(self) -> int | None:
+        """Most requests running in any stats record (None: no record stated it)."""
+        return _peak(s.max_running for s in self._engines.values())
+
+    @property
+    def max_waiting(self) -> int | None:
+        """Most requests waiting in any stats record."""
+        return _peak(s.max_waiting for s in self._engines.values())
+
+    @property
+    def max_kv(self) -> float | None:
+        """Highest KV usage (percent) in any stats record."""
+        return _peak(s.max_kv for s in self._engines.values())
+
     def add_input(self, path: str, lines: int, nbytes: int) -> None:
         """Record one input's size (``inputs`` of the document)."""
         self.inputs.append({"path": path, "lines": lines, "bytes": nbytes})
@@ -305,12 +328,6 @@ class Analysis:
         _, ts, engine, _, running, waiting, _, deferred, preemptions, kv_pct = rec[:10]
         if running:
             self.last_busy = rec  # the last record with requests running: the what-if basis
-        if running is not None and (self.max_running is None or running > self.max_running):
-            self.max_running = running
-        if waiting is not None and (self.max_waiting is None or waiting > self.max_waiting):
-            self.max_waiting = waiting
-        if kv_pct is not None and (self.max_kv is None or kv_pct > self.max_kv):
-            self.max_kv = kv_pct
         if ts is not None:
             self.first_ts = self.first_ts or ts
             self.last_ts = ts
