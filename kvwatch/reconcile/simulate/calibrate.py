@@ -286,9 +286,17 @@ def _size_dists(points: Sequence[EvidencePoint], engine: EngineConfig) -> tuple[
     """The spread of prompt and output sizes the histograms show over the run (None: no spread)."""
     cap = engine.max_model_len - 1  # vLLM refuses longer prompts; outputs are held per request
     out: list[SizeDist | None] = []
-    for attr in ("prompt_buckets", "gen_buckets"):
-        filled = [getattr(p, attr) for p in points if getattr(p, attr)]
-        out.append(from_buckets(filled[0], filled[-1], cap) if len(filled) >= 2 else None)
+    for attr, part in (("prompt_buckets", "prompt"), ("gen_buckets", "gen")):
+        filled = [p for p in points if getattr(p, attr)]
+        if len(filled) < 2:
+            out.append(None)
+            continue
+        a, b = filled[0], filled[-1]
+        # The same two scrapes' Δsum/Δcount: the mean a uniform draw per bucket would miss.
+        s0, s1 = getattr(a, f"{part}_sum"), getattr(b, f"{part}_sum")
+        c0, c1 = getattr(a, f"{part}_count"), getattr(b, f"{part}_count")
+        mean = (s1 - s0) / (c1 - c0) if None not in (s0, s1, c0, c1) and c1 > c0 else None
+        out.append(from_buckets(getattr(a, attr), getattr(b, attr), cap, mean))
     return out[0], out[1]
 
 
