@@ -85,7 +85,7 @@ def test_the_drawn_sizes_keep_the_histograms_means(cal: Calibration) -> None:
     assert 7000 <= p.high <= 8000
 
 
-def test_the_spread_replays_the_run_better_than_sizes_at_the_mean(cal: Calibration) -> None:
+def test_the_fitted_spread_replays_the_run_where_the_mean_and_the_midpoints_miss(cal: Calibration) -> None:
     spread = _medians(cal, cal.workload)
     at_mean = _medians(cal, replace(cal.workload, prompt_dist=None, output_dist=None))
     # the README's buckets drawn uniformly without the mean fit (prompts 4,185 on average, not
@@ -97,14 +97,16 @@ def test_the_spread_replays_the_run_better_than_sizes_at_the_mean(cal: Calibrati
     )
     raw = _medians(cal, unfitted)
     o = cal.observed
-    # the issue's tolerances that hold
+    # the issue's tolerances that hold (medians over seeds; the calibration matched seed 0's count)
+    assert abs(spread.sent - o.requests_sent) <= 0.05 * o.requests_sent, spread
     assert abs(spread.mean_running - o.mean_running) <= 0.5, spread
     assert abs(spread.mean_waiting - o.mean_waiting) <= 1.0, spread
-    # at the mean every request is 3,980 + 579 tokens: ten fit the pool at admission and the batch
-    # never reaches the real run's 11-12, so mean running misses its tolerance
-    assert abs(at_mean.mean_running - o.mean_running) > 0.5, at_mean
+    assert o.max_running - spread.max_running <= 1, spread  # 11 of the real 12: not exact
+    # at the mean every request is 3,980 + 579 tokens: ten fit the pool at admission, and the
+    # batch never holds the real run's 11-12 (short prompts admitted beside long ones)
+    assert at_mean.max_running <= 10, at_mean
     assert abs(spread.max_running - o.max_running) < abs(at_mean.max_running - o.max_running)
-    assert abs(spread.sent - o.requests_sent) < abs(at_mean.sent - o.requests_sent)
-    # without the mean fit prompts are drawn 200 tokens too long: fewer fit, fewer are preempted
-    assert abs(spread.mean_running - o.mean_running) < abs(raw.mean_running - o.mean_running)
+    # without the mean fit prompts are drawn 200 tokens too long: fewer fit beside each other, so
+    # mean running misses its tolerance, and fewer grow into a preemption
+    assert abs(raw.mean_running - o.mean_running) > 0.5, raw
     assert abs(spread.preemptions - o.preemptions) < abs(raw.preemptions - o.preemptions)

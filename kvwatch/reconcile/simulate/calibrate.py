@@ -462,6 +462,43 @@ def _scaled(step: StepTime, k: float) -> StepTime:
     )
 
 
+def _match_closed_loop_throughput(
+    engine: EngineConfig, workload: Workload, step: StepTime, rules: SchedulerRules, observed: Observed
+) -> tuple[StepTime, bool]:
+    """The step time scaled so a closed loop's replay sends as many requests as the run did.
+
+    In a closed loop every answer sends the next request, so the requests sent over the load are
+    its throughput; the drain hardly tells the speed (a faster engine answers more, and so has more
+    in flight at the load's end: on the seed run's evidence a 10 % faster step moves the drain by
+    under 1 %, and the requests by 10 %). The scale is bisected in [0.7, 1.4] of the drain-scaled
+    model, and kept only when the bracket holds the run's count.
+    """
+    want = observed.requests_sent
+
+    def sent(k: float) -> int:
+        return simulate(engine, workload, _scaled(step, k), rules, sample_at=observed.sample_at).sent
+
+    lo, hi = 0.7, 1.4  # a larger k is a slower engine: fewer requests
+    at_one = sent(1.0)
+    if abs(at_one - want) <= 0.02 * want:
+        return step, False
+    if at_one < want:
+        hi = 1.0
+        if sent(lo) < want:
+            return step, False
+    else:
+        lo = 1.0
+        if sent(hi) > want:
+            return step, False
+    for _ in range(6):
+        mid = (lo + hi) / 2
+        if sent(mid) < want:
+            hi = mid
+        else:
+            lo = mid
+    return _scaled(step, (lo + hi) / 2), True
+
+
 def calibrate(
     doc: Mapping[str, Any],
     points: Sequence[EvidencePoint],
@@ -472,7 +509,9 @@ def calibrate(
 
     The interval fit is noisy on a shared machine (steps, tokens and context move together), so
     the fitted model is then scaled as a whole until the replay drains when the run drained: the
-    run's own drain is the one figure that integrates every step of it.
+    run's own drain is the one figure that integrates every step of it. A closed loop is then
+    scaled again until it sends the run's requests (``_match_closed_loop_throughput``): its drain
+    barely depends on the speed, its request count does.
     """
     if len(points) < 2:
         raise UnusableInput(
@@ -493,5 +532,9 @@ def calibrate(
             k = min(2.0, max(0.5, drain / replay.end_s))
             step = _scaled(step, k)
         how += f"; scaled so the replay drains at {drain:.0f} s as the run did"
+    if workload.kind == "closed" and observed.requests_sent > 0:
+        step, matched = _match_closed_loop_throughput(engine, workload, step, rules, observed)
+        if matched:
+            how += f", then so it answers the run's {observed.requests_sent} requests"
     version = (doc.get("config") or {}).get("vllm_version")
     return Calibration(engine, workload, step, observed, version, (*why, how))
