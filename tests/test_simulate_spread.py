@@ -11,6 +11,7 @@ seeds, as the open-loop test does.
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kvwatch.batch import analyze_paths
+from kvwatch.cli import main
 from kvwatch.parse.metrics import parse_exposition
 from kvwatch.parse.scrapeseries import read_timing, scraped_at
 from kvwatch.reconcile.simulate.calibrate import Calibration, calibrate, evidence_point
@@ -110,3 +112,15 @@ def test_the_fitted_spread_replays_the_run_where_the_mean_and_the_midpoints_miss
     # mean running misses its tolerance, and fewer grow into a preemption
     assert abs(raw.mean_running - o.mean_running) > 0.5, raw
     assert abs(spread.preemptions - o.preemptions) < abs(raw.preemptions - o.preemptions)
+
+
+def test_fewer_prompt_tokens_shrinks_a_drawn_spread_too(capsys: pytest.CaptureFixture[str]) -> None:
+    # Drawn sizes ignore the workload's mean, so the lever must shrink the spread itself: before,
+    # the spread run's fewer_prompt_tokens row equalled the observed one (116 requests each).
+    args = ["simulate", str(SPREAD / "server.log"), *sorted(str(p) for p in SPREAD.glob("metrics-*.prom"))]
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--lever", "fewer_prompt_tokens", "--format", "json"])
+    out = capsys.readouterr()
+    assert info.value.code in (0, None), out.err
+    rows = {s["name"]: s["result"] for s in json.loads(out.out)["scenarios"]}
+    assert rows["fewer_prompt_tokens"]["requests_finished"] > 1.1 * rows["observed"]["requests_finished"]

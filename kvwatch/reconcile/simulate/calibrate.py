@@ -205,7 +205,7 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
         if dist is not None:
             why.append(
                 f"{name} sizes drawn from the histogram's {len(dist.pieces)} filled buckets "
-                f"({dist.low:,}-{dist.high:,} tokens, uniform within each)"
+                f"({dist.low:,}-{dist.high:,} tokens, uniform within each, kept to the mean)"
             )
 
     shared = 0

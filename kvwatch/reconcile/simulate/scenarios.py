@@ -157,7 +157,11 @@ def lever_scenarios(
         elif name == "fewer_prompt_tokens":
             prompt = workload.prompt_tokens * 3 // 4
             wl = replace(
-                workload, prompt_tokens=prompt, shared_prefix_tokens=min(workload.shared_prefix_tokens, prompt)
+                workload,
+                prompt_tokens=prompt,
+                shared_prefix_tokens=min(workload.shared_prefix_tokens, prompt),
+                # a spread is drawn per request, so it shrinks too (else the lever changes nothing)
+                prompt_dist=workload.prompt_dist.scaled(0.75) if workload.prompt_dist else None,
             )
             changes = {"prompt_tokens": prompt}
             note = f"prompt {workload.prompt_tokens:,} -> {prompt:,} tokens (-25 %)"

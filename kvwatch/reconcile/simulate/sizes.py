@@ -47,6 +47,10 @@ class SizeDist:
         total = sum(w for _lo, _hi, w in self.pieces)
         return sum(w * (lo + hi) / 2 for lo, hi, w in self.pieces) / total
 
+    def scaled(self, k: float) -> SizeDist:
+        """Every size times ``k`` (at least 1), weights kept."""
+        return SizeDist(tuple((max(1, round(lo * k)), max(1, round(hi * k)), w) for lo, hi, w in self.pieces))
+
     def sampler(self, rng: random.Random) -> Sampler:
         """A drawing function bound to ``rng`` (cumulative weights computed once)."""
         return Sampler(self, rng)
