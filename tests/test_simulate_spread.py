@@ -124,3 +124,45 @@ def test_fewer_prompt_tokens_shrinks_a_drawn_spread_too(capsys: pytest.CaptureFi
     assert info.value.code in (0, None), out.err
     rows = {s["name"]: s["result"] for s in json.loads(out.out)["scenarios"]}
     assert rows["fewer_prompt_tokens"]["requests_finished"] > 1.1 * rows["observed"]["requests_finished"]
+
+
+class _Trace:
+    """Draws the recorded sizes in the order the run sent them."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self._sizes = sizes
+        self._i = 0
+
+    def draw(self) -> int:
+        size = self._sizes[self._i % len(self._sizes)]
+        self._i += 1
+        return size
+
+
+def test_the_preemption_miss_is_one_runs_draw_not_the_size_model(
+    cal: Calibration, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The replay's 16 preemptions against vLLM's 22: replayed with the run's own sizes in the order
+    # it sent them (load-result.json), the same calibration preempts within the issue's tolerance
+    # and runs 12 at once; drawn from the distribution record.py drew from (uniform 600..7,500 and
+    # 100..1,000) it preempts as few as when drawn from the histograms. So 22 is a high draw of
+    # this workload (the replays range 8-22 over seeds), and the size model is not what misses.
+    sent = sorted(json.loads((SPREAD / "load-result.json").read_text())["per_request"], key=lambda r: r["sent_at_s"])
+    p, g = cal.workload.prompt_dist, cal.workload.output_dist
+    assert p is not None
+    assert g is not None
+    traces = {id(p): [int(r["prompt_tokens"]) for r in sent], id(g): [int(r["completion_tokens"]) for r in sent]}
+    with monkeypatch.context() as m:
+        m.setattr(SizeDist, "sampler", lambda self, rng: _Trace(traces[id(self)]))
+        r = simulate(cal.engine, cal.workload, cal.step_time, V0_32_0, sample_at=cal.observed.sample_at)
+    truth = cal.observed.preemptions
+    assert truth == 22
+    assert abs(r.preemptions - truth) <= max(1.0, 0.1 * truth), r.preemptions
+    assert max(s.running for s in r.samples) == cal.observed.max_running
+    true_dist = replace(
+        cal.workload, prompt_dist=SizeDist(((600, 7500, 1.0),)), output_dist=SizeDist(((100, 1000, 1.0),))
+    )
+    from_truth = _medians(cal, true_dist)
+    from_histograms = _medians(cal, cal.workload)
+    assert abs(from_histograms.preemptions - from_truth.preemptions) <= 2, (from_histograms, from_truth)
+    assert abs(from_histograms.mean_running - from_truth.mean_running) <= 0.25
