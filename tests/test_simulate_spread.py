@@ -166,3 +166,25 @@ def test_the_preemption_miss_is_one_runs_draw_not_the_size_model(
     from_histograms = _medians(cal, cal.workload)
     assert abs(from_histograms.preemptions - from_truth.preemptions) <= 2, (from_histograms, from_truth)
     assert abs(from_histograms.mean_running - from_truth.mean_running) <= 0.25
+
+
+def test_halving_max_model_len_under_a_spread_says_which_prompts_vllm_would_refuse(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before, the draws above 4,608 tokens were held to the limit and the row replayed 185 requests
+    # the real server would have refused in part: prompts are drawn up to 7,813 tokens here.
+    args = ["simulate", str(SPREAD / "server.log"), *sorted(str(p) for p in SPREAD.glob("metrics-*.prom"))]
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--lever", "max_model_len_half", "--format", "json"])
+    out = capsys.readouterr()
+    assert info.value.code in (0, None), out.err
+    row = next(s for s in json.loads(out.out)["scenarios"] if s["name"] == "max_model_len_half")
+    assert row["result"] is None
+    assert "of the prompts drawn are longer than 4,608 tokens: vLLM would refuse them" in json.dumps(row)
+
+
+def test_share_at_least_counts_whole_integers() -> None:
+    dist = SizeDist(((1, 10, 1.0), (11, 20, 1.0)))
+    assert dist.share_at_least(1) == 1.0
+    assert dist.share_at_least(16) == 0.25
+    assert dist.share_at_least(21) == 0.0

@@ -181,6 +181,22 @@ def lever_scenarios(
                     )
                 )
                 continue
+            refused = workload.prompt_dist.share_at_least(half + 1) if workload.prompt_dist else 0.0
+            if refused > 0:
+                # vLLM 0.32.0 refuses a prompt longer than max_model_len (vllm/renderers/params.py
+                # _token_len_check: len(tokens) > max_input_tokens, which is max_model_len); the
+                # engine would hold such a draw to the limit instead and replay requests the real
+                # server never runs.
+                out.append(
+                    Scenario(
+                        name,
+                        changes,
+                        None,
+                        ceiling,
+                        f"{refused:.0%} of the prompts drawn are longer than {half:,} tokens: vLLM would refuse them",
+                    )
+                )
+                continue
             note = "changes only vLLM's startup ratio: admission and allocation read each request's own length"
         else:
             out.append(Scenario(name, {}, None, ceiling, note or "not a lever simulate knows"))

@@ -51,6 +51,12 @@ class SizeDist:
         """Every size times ``k`` (at least 1), weights kept."""
         return SizeDist(tuple((max(1, round(lo * k)), max(1, round(hi * k)), w) for lo, hi, w in self.pieces))
 
+    def share_at_least(self, size: int) -> float:
+        """The share of draws that are ``size`` or larger."""
+        total = sum(w for _lo, _hi, w in self.pieces)
+        above = sum(w * (hi - max(lo, size) + 1) / (hi - lo + 1) for lo, hi, w in self.pieces if hi >= size)
+        return above / total
+
     def sampler(self, rng: random.Random) -> Sampler:
         """A drawing function bound to ``rng`` (cumulative weights computed once)."""
         return Sampler(self, rng)
