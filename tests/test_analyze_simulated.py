@@ -102,12 +102,12 @@ def test_text_and_markdown_show_the_outcome_beside_the_ceiling(capsys: pytest.Ca
     assert code == 0, err
     fp8 = next(line for line in text.splitlines() if line.strip().startswith("- fp8_kv_cache"))
     assert "max concurrency 9.6 (2x)" in fp8  # 2 x 40,960 / 8,500: sized on the histograms (7,500 + 1,000)
-    assert "simulated: 7.7 waiting, 8.7 preempted per 100 requests, e2e p95 89.9 s" in fp8
-    assert "as observed: 11.3 waiting, 31.2 preempted per 100 requests" in text
+    assert "simulated: 7.5 waiting, 10.0 preempted per 100 requests, e2e p95 97.3 s" in fp8
+    assert "as observed: 11.2 waiting, 30.4 preempted per 100 requests" in text
     code, md, err = run(["analyze", LOG, *SCRAPES, "--format", "markdown"], capsys)
     assert code == 0, err
     assert "Simulated on the evidence" in md
-    assert "simulated: 7.7 waiting" in md
+    assert "simulated: 7.5 waiting" in md
     code, md, err = run(["analyze", LOG, "--format", "markdown"], capsys)
     assert "Not simulated: a log states no request sizes" in md
 

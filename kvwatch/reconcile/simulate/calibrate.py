@@ -205,7 +205,7 @@ def workload_from_points(points: Sequence[EvidencePoint], engine: EngineConfig) 
         if dist is not None:
             why.append(
                 f"{name} sizes drawn from the histogram's {len(dist.pieces)} filled buckets "
-                f"({dist.low:,}-{dist.high:,} tokens, uniform within each)"
+                f"({dist.low:,}-{dist.high:,} tokens, uniform within each, kept to the mean)"
             )
 
     shared = 0
@@ -286,9 +286,17 @@ def _size_dists(points: Sequence[EvidencePoint], engine: EngineConfig) -> tuple[
     """The spread of prompt and output sizes the histograms show over the run (None: no spread)."""
     cap = engine.max_model_len - 1  # vLLM refuses longer prompts; outputs are held per request
     out: list[SizeDist | None] = []
-    for attr in ("prompt_buckets", "gen_buckets"):
-        filled = [getattr(p, attr) for p in points if getattr(p, attr)]
-        out.append(from_buckets(filled[0], filled[-1], cap) if len(filled) >= 2 else None)
+    for attr, part in (("prompt_buckets", "prompt"), ("gen_buckets", "gen")):
+        filled = [p for p in points if getattr(p, attr)]
+        if len(filled) < 2:
+            out.append(None)
+            continue
+        a, b = filled[0], filled[-1]
+        # The same two scrapes' Δsum/Δcount: the mean a uniform draw per bucket would miss.
+        s0, s1 = getattr(a, f"{part}_sum"), getattr(b, f"{part}_sum")
+        c0, c1 = getattr(a, f"{part}_count"), getattr(b, f"{part}_count")
+        mean = (s1 - s0) / (c1 - c0) if None not in (s0, s1, c0, c1) and c1 > c0 else None
+        out.append(from_buckets(getattr(a, attr), getattr(b, attr), cap, mean))
     return out[0], out[1]
 
 
@@ -454,6 +462,43 @@ def _scaled(step: StepTime, k: float) -> StepTime:
     )
 
 
+def _match_closed_loop_throughput(
+    engine: EngineConfig, workload: Workload, step: StepTime, rules: SchedulerRules, observed: Observed
+) -> tuple[StepTime, bool]:
+    """The step time scaled so a closed loop's replay sends as many requests as the run did.
+
+    In a closed loop every answer sends the next request, so the requests sent over the load are
+    its throughput; the drain hardly tells the speed (a faster engine answers more, and so has more
+    in flight at the load's end: on the seed run's evidence a 10 % faster step moves the drain by
+    under 1 %, and the requests by 10 %). The scale is bisected in [0.7, 1.4] of the drain-scaled
+    model, and kept only when the bracket holds the run's count.
+    """
+    want = observed.requests_sent
+
+    def sent(k: float) -> int:
+        return simulate(engine, workload, _scaled(step, k), rules, sample_at=observed.sample_at).sent
+
+    lo, hi = 0.7, 1.4  # a larger k is a slower engine: fewer requests
+    at_one = sent(1.0)
+    if abs(at_one - want) <= 0.02 * want:
+        return step, False
+    if at_one < want:
+        hi = 1.0
+        if sent(lo) < want:
+            return step, False
+    else:
+        lo = 1.0
+        if sent(hi) > want:
+            return step, False
+    for _ in range(6):
+        mid = (lo + hi) / 2
+        if sent(mid) < want:
+            hi = mid
+        else:
+            lo = mid
+    return _scaled(step, (lo + hi) / 2), True
+
+
 def calibrate(
     doc: Mapping[str, Any],
     points: Sequence[EvidencePoint],
@@ -464,7 +509,9 @@ def calibrate(
 
     The interval fit is noisy on a shared machine (steps, tokens and context move together), so
     the fitted model is then scaled as a whole until the replay drains when the run drained: the
-    run's own drain is the one figure that integrates every step of it.
+    run's own drain is the one figure that integrates every step of it. A closed loop is then
+    scaled again until it sends the run's requests (``_match_closed_loop_throughput``): its drain
+    barely depends on the speed, its request count does.
     """
     if len(points) < 2:
         raise UnusableInput(
@@ -485,5 +532,9 @@ def calibrate(
             k = min(2.0, max(0.5, drain / replay.end_s))
             step = _scaled(step, k)
         how += f"; scaled so the replay drains at {drain:.0f} s as the run did"
+    if workload.kind == "closed" and observed.requests_sent > 0:
+        step, matched = _match_closed_loop_throughput(engine, workload, step, rules, observed)
+        if matched:
+            how += f", then so it answers the run's {observed.requests_sent} requests"
     version = (doc.get("config") or {}).get("vllm_version")
     return Calibration(engine, workload, step, observed, version, (*why, how))

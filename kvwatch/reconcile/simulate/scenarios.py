@@ -157,7 +157,11 @@ def lever_scenarios(
         elif name == "fewer_prompt_tokens":
             prompt = workload.prompt_tokens * 3 // 4
             wl = replace(
-                workload, prompt_tokens=prompt, shared_prefix_tokens=min(workload.shared_prefix_tokens, prompt)
+                workload,
+                prompt_tokens=prompt,
+                shared_prefix_tokens=min(workload.shared_prefix_tokens, prompt),
+                # a spread is drawn per request, so it shrinks too (else the lever changes nothing)
+                prompt_dist=workload.prompt_dist.scaled(0.75) if workload.prompt_dist else None,
             )
             changes = {"prompt_tokens": prompt}
             note = f"prompt {workload.prompt_tokens:,} -> {prompt:,} tokens (-25 %)"
@@ -174,6 +178,22 @@ def lever_scenarios(
                         ceiling,
                         f"requests of {workload.prompt_tokens + workload.output_tokens:,} tokens exceed {half:,}: "
                         "vLLM would refuse every one",
+                    )
+                )
+                continue
+            refused = workload.prompt_dist.share_at_least(half + 1) if workload.prompt_dist else 0.0
+            if refused > 0:
+                # vLLM 0.32.0 refuses a prompt longer than max_model_len (vllm/renderers/params.py
+                # _token_len_check: len(tokens) > max_input_tokens, which is max_model_len); the
+                # engine would hold such a draw to the limit instead and replay requests the real
+                # server never runs.
+                out.append(
+                    Scenario(
+                        name,
+                        changes,
+                        None,
+                        ceiling,
+                        f"{refused:.0%} of the prompts drawn are longer than {half:,} tokens: vLLM would refuse them",
                     )
                 )
                 continue
