@@ -125,3 +125,22 @@ def test_old_rotations_and_other_logs_next_to_it_are_never_read(tmp_path: Path) 
     finally:
         follower.close()
     assert seen == list(range(30))
+
+
+def test_a_copy_still_being_written_is_not_taken_for_an_unseen_rotation(tmp_path: Path) -> None:
+    """A copytruncate copy that is shorter than what we read (still being written, or cut) starts
+    like our file: it is our file's copy, never a rotation to read whole (that would double it)."""
+    log = tmp_path / "vllm.log"
+    write(log, 0, 100)
+    follower = LogFollower(log, from_start=True, use_watchdog=False, rotate_wait=0.0)
+    try:
+        seen = numbers(follower)
+        with open(log, "rb") as src:
+            half = src.read(os.path.getsize(log) // 2)
+        log.with_name("vllm.log.1").write_bytes(half)  # the copy, half written
+        os.truncate(log, 0)
+        write(log, 100, 120)
+        seen += drain(follower)
+    finally:
+        follower.close()
+    assert seen == list(range(120))

@@ -91,6 +91,8 @@ _MTIME_SLACK_SECONDS = 2.0
 #: Rotated files read to their end and closed, remembered (identity and head) so a restart or a
 #: later look never takes one of them for a rotation it has not seen.
 _DONE_REMEMBERED = 64
+#: A file whose first this-many bytes (or more) equal a known file's is that file or its copy.
+_MIN_COPY_HEAD = 128
 
 
 @dataclass(slots=True)
@@ -224,7 +226,8 @@ class LogFollower:
         # seen at path was rotated away between two looks, and is read whole.
         self._looked_before: float = time.time()
         self._looked_at: float = self._looked_before
-        self._done: collections.deque[tuple[int, int, str]] = collections.deque(maxlen=_DONE_REMEMBERED)
+        # (dev, ino, fp_len, fp_sha256) of each rotated file read to its end.
+        self._done: collections.deque[tuple[int, int, int, str]] = collections.deque(maxlen=_DONE_REMEMBERED)
         self._restored_look: float | None = None  # the last look before a restart, from the positions
         self._restoring = False
         self._positions: Path | None = None
@@ -605,7 +608,7 @@ class LogFollower:
         if self._restoring:
             return
         open_ids = {(f.dev, f.ino) for f in [*self._detached, *([self._current] if self._current else [])]}
-        done = {(d, i): h for d, i, h in self._done}
+        done = list(self._done)
         marked = [f for f in [*self._detached, *([self._current] if self._current else []), *also] if f.fp_len]
         found: list[tuple[float, int, os.stat_result]] = []
         for entry in self._siblings():
@@ -636,15 +639,22 @@ class LogFollower:
         return any(name.startswith((base + ".", base + "-")) for base in {self._name, real})
 
     @staticmethod
-    def _unseen(fd: int, st: os.stat_result, done: dict[tuple[int, int], str], marked: list[_Open]) -> bool:
-        """Whether the file open on ``fd`` (stat ``st``, by name) is a rotation we never read."""
+    def _unseen(fd: int, st: os.stat_result, done: list[tuple[int, int, int, str]], marked: list[_Open]) -> bool:
+        """Whether the file open on ``fd`` (stat ``st``, by name) is a rotation we never read.
+
+        Not if it starts like a file we read or are reading: then it is that file, renamed, or a
+        copy of it (logrotate's copytruncate copy, maybe still being written, so its tail cannot
+        be compared yet). A head shorter than ``_MIN_COPY_HEAD`` says too little (vLLM lines
+        start alike), so such a file must match the whole marks.
+        """
         try:
             fst = os.fstat(fd)
             if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
                 return False  # renamed again between the stat and the open: the next look finds it
-            ident = (st.st_dev, st.st_ino)
-            if ident in done and done[ident] == _hash(os.pread(fd, FINGERPRINT_BYTES, 0)):
-                return False  # read to its end already (the same head: not a reused inode)
+            heads = [(f.fp_len, f.fp_hash) for f in marked] + [(n, h) for _d, _i, n, h in done]
+            for length, digest in heads:
+                if length >= _MIN_COPY_HEAD and _hash(os.pread(fd, length, 0)) == digest:
+                    return False
             return not any(_same_content(fd, f) for f in marked)
         except OSError:
             return False
@@ -729,7 +739,7 @@ class LogFollower:
         with contextlib.suppress(OSError):
             os.close(f.fd)
         self._detached.remove(f)
-        self._done.append((f.dev, f.ino, f.fp_hash))
+        self._done.append((f.dev, f.ino, f.fp_len, f.fp_hash))
 
     # ------------------------------------------------------------------ positions
 
@@ -768,7 +778,7 @@ class LogFollower:
                 raise ValueError("checkpoint is not an object")
             looked_at = doc.get("looked_at")
             looked_at = float(looked_at) if looked_at is not None else None
-            done = [(int(d), int(i), str(h)) for d, i, h in doc.get("done", [])]
+            done = [(int(d), int(i), int(n), str(h)) for d, i, n, h in doc.get("done", [])]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             self._positions_corrupt = True
             reason = "empty" if not text.strip() else str(exc)[:100]
