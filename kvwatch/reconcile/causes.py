@@ -539,11 +539,14 @@ def _max_model_len_exceeds_pool(case: Case) -> Match | None:
     if errs:  # the figures of the failing start are in vLLM's sentence (facts may be another run's)
         v1 = _NEEDED_V1.search(errs[0].message)
         v0 = _STORED_V0.search(errs[0].message)
-        if v1:
+        # vLLM prints the GiB figures with format_gib, round(b / GiB, 2) (vllm/utils/mem_utils.py,
+        # 0.32.0): a pool of a few MiB reads "0.0 GiB ... is needed ... available (0.0 GiB)", which
+        # says nothing, so the pool's tokens (when stated) tell it instead.
+        if v1 and float(v1.group(1)) > 0:
             fits = f"; it needs {v1.group(1)} GiB of KV cache and {v1.group(2)} GiB is available"
         elif v0:
             fits = f"; the pool holds {int(v0.group(1)):,} tokens"
-    elif pool:
+    if not fits and pool:
         fits = f"; the pool holds {pool:,} tokens"
     elif ratio is not None and 0 < ratio < 1 and mml:
         fits = f"; the pool holds about {int(ratio * mml):,} tokens ({ratio:.2f}x)"
