@@ -626,3 +626,33 @@ def test_a_recorded_start_refused_for_max_model_len_names_the_pool_not_the_round
     assert "max_model_len 2,048" in diag["summary"]
     assert "the pool holds 1,024 tokens" in diag["summary"]
     assert "0.0 GiB" not in diag["summary"]
+
+
+def test_a_recorded_start_refused_for_kv_space_quotes_vllms_reason_and_blames_no_other_process() -> None:
+    # 0.32.0 cpu_worker.py: the KV space asked for (64 GiB) exceeds the node (17.59 GiB, 15.92 free).
+    # No row names a setting the machine cannot honour; kvwatch must not call it another process's
+    # memory or the KV pool, and must say what vLLM said.
+    diag = analyze_paths([str(RECORDED / "kv-space-v032-larger-than-ram" / "server.log")])["diagnosis"]
+    assert (diag["verdict"], diag["cause"]) == ("failed_start", "start_failed")
+    assert "requested memory for kv (64.0 GiB)" in diag["summary"]
+    assert diag["evidence"][0]["value"].startswith("Available memory on node 0 (15.92/17.59 GiB)")
+    assert diag["levers"] == []
+
+
+def test_a_recorded_run_the_gauges_catch_empty_is_judged_by_its_counters() -> None:
+    # Short requests paced by the API server: most scrapes find Running 0, Waiting 0, yet between
+    # them vLLM generated tokens and preempted 17 times (vllm:generation_tokens_total and
+    # vllm:num_preemptions_total). Those intervals are not idle: the verdict is preempting, from the
+    # counter, with the scrapes' KV peak (90.3 %), where the log alone reads a quiet healthy server.
+    run = RECORDED / "preempting-v032-4-clients-32-blocks"
+    assert int(_final_counter(run, "vllm:num_preemptions_total")) == 17
+    for paths in (_recorded_paths(run), _recorded_paths(run)[1:]):
+        doc = analyze_paths(paths)
+        diag = doc["diagnosis"]
+        assert (diag["verdict"], diag["cause"]) == ("preempting", "preemption_storm"), diag["summary"]
+        assert doc["preemptions"]["from_metrics"] == 17
+        assert "17 preemptions" in diag["summary"]
+        assert diag["levers"]
+    assert "90.3 %" in analyze_paths(_recorded_paths(run))["diagnosis"]["summary"]
+    log_only = analyze_paths([str(run / "server.log")])["diagnosis"]
+    assert (log_only["verdict"], log_only["cause"]) == ("ok", "healthy")
