@@ -656,3 +656,15 @@ def test_a_recorded_run_the_gauges_catch_empty_is_judged_by_its_counters() -> No
     assert "90.3 %" in analyze_paths(_recorded_paths(run))["diagnosis"]["summary"]
     log_only = analyze_paths([str(run / "server.log")])["diagnosis"]
     assert (log_only["verdict"], log_only["cause"]) == ("ok", "healthy")
+
+
+def test_a_recorded_seq_limit_from_its_scrapes_alone_is_a_queue_kv_does_not_explain() -> None:
+    # /metrics does not carry max_num_seqs (vllm:cache_config_info has only cache settings), so the
+    # scrapes alone cannot say seq_bound; they must still say the queue is not the KV cache, with
+    # their own peaks (10 waiting, 9.6 %), never a missing figure.
+    diag = analyze_paths(_recorded_paths(RECORDED / "seq-limit-v032")[1:])["diagnosis"]
+    assert (diag["verdict"], diag["cause"]) == ("queued", "queued_not_kv")
+    assert "up to 10 requests waiting" in diag["summary"]
+    assert "9.6 %" in diag["summary"]
+    assert "None" not in diag["summary"]
+    assert diag["levers"] == []
