@@ -4,12 +4,14 @@ fits the cause, levers only for the KV pool, and the same cause live as ``kvwatc
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvwatch.batch import analyze_paths
 from kvwatch.export import exposition
 from kvwatch.export.report import render_markdown, render_text
 from kvwatch.parse.log import parse_line
@@ -35,9 +37,24 @@ def _analysis(*paths: Path) -> Analysis:
     return analysis
 
 
+def _recorded_paths(run: Path) -> list[str]:
+    """A run recorded on this machine (incidents/recorded/): its log, then its scrapes in the order
+    they were taken, as ``kvwatch analyze LOG metrics-*.prom`` is given them."""
+    scrapes = [*sorted(run.glob("metrics-[0-9]*.prom")), *run.glob("metrics-final.prom")]
+    return [str(p) for p in [run / "server.log", *scrapes]]
+
+
 def _diagnosis(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        recorded: dict[str, Any] = analyze_paths(_recorded_paths(path))["diagnosis"]
+        return recorded
     diag: dict[str, Any] = _analysis(path).document()["diagnosis"]
     return diag
+
+
+def _is_real(entry: dict[str, Any]) -> bool:
+    """Real vLLM output: pasted in a public thread (real-*) or recorded here (recorded/*)."""
+    return bool(entry["file"].startswith(("real-", "recorded/")))
 
 
 def _v1(t: str, prompt: float, gen: float, running: int, waiting: int, kv: float) -> str:
@@ -55,6 +72,10 @@ def _lines(text: str) -> Analysis:
     return analysis
 
 
+def _id(entry: dict[str, Any]) -> str:
+    return str(entry["file"]).removesuffix(".log")
+
+
 # ---- real incidents ----------------------------------------------------------------------------------
 
 
@@ -64,7 +85,7 @@ def _truth_cases() -> list[Any]:
     return [
         pytest.param(
             e,
-            id=e["file"].removesuffix(".log"),
+            id=_id(e),
             marks=[pytest.mark.xfail(strict=True, reason=e["known_miss"]["why"])] if "known_miss" in e else [],
         )
         for e in INDEX
@@ -82,7 +103,7 @@ def test_incident_is_named_by_its_hand_read_cause(entry: dict[str, Any]) -> None
         assert ev["source"] in ("log", "metrics", "prometheus")
 
 
-@pytest.mark.parametrize("entry", [e for e in INDEX if "known_miss" in e], ids=lambda e: e["file"].removesuffix(".log"))
+@pytest.mark.parametrize("entry", [e for e in INDEX if "known_miss" in e], ids=_id)
 def test_a_known_miss_still_gives_the_answer_the_readme_records(entry: dict[str, Any]) -> None:
     diag = _diagnosis(INCIDENTS / entry["file"])
     miss = entry["known_miss"]
@@ -90,7 +111,7 @@ def test_a_known_miss_still_gives_the_answer_the_readme_records(entry: dict[str,
     assert miss["why"]
 
 
-@pytest.mark.parametrize("entry", INDEX, ids=[e["file"].removesuffix(".log") for e in INDEX])
+@pytest.mark.parametrize("entry", INDEX, ids=_id)
 def test_levers_appear_exactly_when_the_cause_is_the_kv_pool(entry: dict[str, Any]) -> None:
     diag = _diagnosis(INCIDENTS / entry["file"])
     if diag["cause"] in KV_POOL_CAUSES:
@@ -102,7 +123,7 @@ def test_levers_appear_exactly_when_the_cause_is_the_kv_pool(entry: dict[str, An
 @pytest.mark.parametrize(
     "entry",
     [e for e in INDEX if e["cause"] in START_OOM_CAUSES and "known_miss" not in e],
-    ids=lambda e: e["file"].removesuffix(".log"),
+    ids=_id,
 )
 def test_a_start_oom_is_told_to_shrink_never_to_grow_the_pool(entry: dict[str, Any]) -> None:
     diag = _diagnosis(INCIDENTS / entry["file"])
@@ -121,7 +142,7 @@ def test_every_cause_row_has_a_real_or_synthetic_incident() -> None:
     # Rows without an incident file are covered by the unit tests below (start_failed is the fallback
     # for start errors kvwatch cannot name; oom_while_serving and engine_dead have real ones).
     assert set(CAUSE_IDS) - named <= {"start_failed"}
-    real = {e["cause"] for e in INDEX if e["file"].startswith("real-")}
+    real = {e["cause"] for e in INDEX if _is_real(e)}
     assert {
         "max_model_len_exceeds_pool",
         "oom_during_graph_capture",
@@ -137,10 +158,11 @@ def test_every_cause_row_has_a_real_or_synthetic_incident() -> None:
         "no_kv_memory_after_weights",
         "oom_while_serving",
         "start_failed",
+        "seq_limit",  # recorded here: recorded/seq-limit-v032
     } <= real
     # Two or more real excerpts that kvwatch names right, per row (a known miss does not count).
-    named = Counter(e["cause"] for e in INDEX if e["file"].startswith("real-") and "known_miss" not in e)
-    assert {row for row, n in named.items() if n >= 2} >= {"engine_hang", "preemption_storm", "unknown"}
+    right = Counter(e["cause"] for e in INDEX if _is_real(e) and "known_miss" not in e)
+    assert {row for row, n in right.items() if n >= 2} >= {"engine_hang", "preemption_storm", "unknown"}
 
 
 def test_no_cause_without_the_kv_pool_flag_is_given_levers_by_the_table() -> None:
@@ -400,13 +422,20 @@ def test_sidecar_exports_the_same_cause_as_analyze_for_a_failed_start() -> None:
 
 def test_every_incident_has_its_provenance_and_hand_read_truth() -> None:
     files = {p.name for p in INCIDENTS.glob("*.log")}
+    files |= {f"recorded/{p.parent.name}" for p in INCIDENTS.glob("recorded/*/server.log")}
     assert files == {e["file"] for e in INDEX}
     for e in INDEX:
         assert e["truth"]
         assert e["cause"] in CAUSE_IDS
         if "warning" in e:  # a warning the hand reading expects, whatever the cause
             assert any(e["warning"] in w for w in _diagnosis(INCIDENTS / e["file"])["warnings"]), e["file"]
-        if e["file"].startswith("real-"):
+        if e["file"].startswith("recorded/"):
+            # Recorded on this machine with vLLM 0.32.0 CPU: the run's README holds the commands
+            # and the truth read from vLLM's own output before kvwatch ran.
+            assert e["source_url"] is None, e["file"]
+            assert e["vllm_version"].startswith("0.32.0"), e["file"]
+            assert (INCIDENTS / e["file"] / "README.md").is_file(), e["file"]
+        elif e["file"].startswith("real-"):
             assert str(e["source_url"]).startswith("https://github.com/"), e["file"]
         else:
             assert e["file"].startswith("synthetic-")
@@ -540,3 +569,102 @@ def test_a_v0_log_whose_last_record_had_requests_running_needs_a_queue_for_a_sta
 
     assert _lines(f"{v0(1, 0)}\n{_ring_wait('06:20')}").document()["diagnosis"]["cause"] != "engine_hang"
     assert _lines(f"{v0(1, 3)}\n{_ring_wait('06:20')}").document()["diagnosis"]["cause"] == "engine_hang"
+
+
+# ---- incidents recorded here with the real vLLM 0.32.0 CPU server (incidents/recorded/) ----------------
+
+RECORDED = INCIDENTS / "recorded"
+
+
+def _final_counter(run: Path, series: str) -> float:
+    """A series of the run's last scrape, read with a regex over vLLM's own text (not kvwatch)."""
+    m = re.search(rf"^{re.escape(series)}(?:\{{[^}}]*\}})? (\S+)$", (run / "metrics-final.prom").read_text(), re.M)
+    assert m, series
+    return float(m[1])
+
+
+def test_a_recorded_v1_storm_is_named_from_the_counter_and_only_from_it() -> None:
+    run = RECORDED / "preemption-storm-v032-32-blocks"
+    counter = int(_final_counter(run, "vllm:num_preemptions_total"))
+    assert counter == 386  # the README's hand reading
+    assert "preempt" not in (run / "server.log").read_text().lower()  # V1 0.32.0 logs none of them
+    doc = analyze_paths(_recorded_paths(run))
+    diag = doc["diagnosis"]
+    assert doc["preemptions"]["from_metrics"] == counter
+    assert (diag["verdict"], diag["cause"]) == ("memory_bound", "kv_pool_too_small")
+    assert f"{counter} preemptions" in diag["summary"]
+    assert {"what": "preemptions", "value": counter, "source": "metrics"}.items() <= next(
+        e for e in diag["evidence"] if e["what"] == "preemptions"
+    ).items()
+    assert diag["levers"]
+    # The scrapes alone say the same; the log alone says the count is not in it, never 0.
+    alone = analyze_paths(_recorded_paths(run)[1:])["diagnosis"]
+    assert (alone["cause"], f"{counter} preemptions" in alone["summary"]) == ("kv_pool_too_small", True)
+    log_only = analyze_paths([str(run / "server.log")])["diagnosis"]
+    assert log_only["cause"] == "kv_pool_too_small"
+    assert "preemptions are not in this log" in log_only["summary"]
+
+
+def test_a_recorded_seq_limit_is_not_told_to_grow_the_kv_pool() -> None:
+    run = RECORDED / "seq-limit-v032"
+    diag = analyze_paths(_recorded_paths(run))["diagnosis"]
+    assert (diag["verdict"], diag["cause"]) == ("seq_bound", "seq_limit")
+    assert "max_num_seqs 2" in diag["summary"]
+    assert diag["levers"] == []
+    assert any("--max-num-seqs" in a for a in diag["advice"])
+    assert not any(w in " ".join(diag["advice"]) for w in ("lever", "fp8", "gpu-memory-utilization"))
+    assert _final_counter(run, "vllm:num_preemptions_total") == 0
+
+
+def test_a_recorded_start_refused_for_max_model_len_names_the_pool_not_the_rounded_gib() -> None:
+    # 0.32.0 prints both GiB figures of a 1,024-token pool as 0.0 (format_gib rounds to 2 places): the
+    # sentence must give the pool's tokens, and "0.0 GiB available" must not read as "no KV memory".
+    run = RECORDED / "max-model-len-v032-override-32-blocks"
+    assert "(0.0 GiB KV cache is needed" in (run / "server.log").read_text()
+    diag = analyze_paths([str(run / "server.log")])["diagnosis"]
+    assert (diag["verdict"], diag["cause"]) == ("failed_start", "max_model_len_exceeds_pool")
+    assert "max_model_len 2,048" in diag["summary"]
+    assert "the pool holds 1,024 tokens" in diag["summary"]
+    assert "0.0 GiB" not in diag["summary"]
+
+
+def test_a_recorded_start_refused_for_kv_space_quotes_vllms_reason_and_blames_no_other_process() -> None:
+    # 0.32.0 cpu_worker.py: the KV space asked for (64 GiB) exceeds the node (17.59 GiB, 15.92 free).
+    # No row names a setting the machine cannot honour; kvwatch must not call it another process's
+    # memory or the KV pool, and must say what vLLM said.
+    diag = analyze_paths([str(RECORDED / "kv-space-v032-larger-than-ram" / "server.log")])["diagnosis"]
+    assert (diag["verdict"], diag["cause"]) == ("failed_start", "start_failed")
+    assert "requested memory for kv (64.0 GiB)" in diag["summary"]
+    assert diag["evidence"][0]["value"].startswith("Available memory on node 0 (15.92/17.59 GiB)")
+    assert diag["levers"] == []
+
+
+def test_a_recorded_run_the_gauges_catch_empty_is_judged_by_its_counters() -> None:
+    # Short requests paced by the API server: most scrapes find Running 0, Waiting 0, yet between
+    # them vLLM generated tokens and preempted 17 times (vllm:generation_tokens_total and
+    # vllm:num_preemptions_total). Those intervals are not idle: the verdict is preempting, from the
+    # counter, with the scrapes' KV peak (90.3 %), where the log alone reads a quiet healthy server.
+    run = RECORDED / "preempting-v032-4-clients-32-blocks"
+    assert int(_final_counter(run, "vllm:num_preemptions_total")) == 17
+    for paths in (_recorded_paths(run), _recorded_paths(run)[1:]):
+        doc = analyze_paths(paths)
+        diag = doc["diagnosis"]
+        assert (diag["verdict"], diag["cause"]) == ("preempting", "preemption_storm"), diag["summary"]
+        assert doc["preemptions"]["from_metrics"] == 17
+        assert "17 preemptions" in diag["summary"]
+        assert diag["levers"]
+    assert "90.3 %" in analyze_paths(_recorded_paths(run))["diagnosis"]["summary"]
+    log_only = analyze_paths([str(run / "server.log")])["diagnosis"]
+    assert (log_only["verdict"], log_only["cause"]) == ("ok", "healthy")
+
+
+def test_a_recorded_seq_limit_from_its_scrapes_alone_is_a_queue_kv_does_not_explain() -> None:
+    # /metrics does not carry max_num_seqs (vllm:cache_config_info has only cache settings), so the
+    # scrapes alone cannot say seq_bound; they must still say the queue is not the KV cache, with
+    # their own peaks (10 waiting, 9.6 %), never a missing figure.
+    diag = analyze_paths(_recorded_paths(RECORDED / "seq-limit-v032")[1:])["diagnosis"]
+    assert (diag["verdict"], diag["cause"]) == ("queued", "queued_not_kv")
+    assert "up to 10 requests waiting" in diag["summary"]
+    assert "9.6 %" in diag["summary"]
+    assert "None" not in diag["summary"]
+    assert diag["levers"] == []

@@ -1062,6 +1062,17 @@ LINE_KINDS: tuple[LineKind, ...] = (
         error="startup_memory",
     ),
     _row(
+        "cpu_kv_space",
+        "on kv cache allocation",
+        r"Available memory on node \d+ \([\d.]+/[\d.]+ GiB\) on kv cache allocation is less than requested "
+        r"memory for kv \([\d.]+ GiB\)\.",
+        "0.32.0 (V1 CPU, cpu_worker.py CPUWorker.determine_available_memory; recorded on this machine)",
+        "the KV space asked for (VLLM_CPU_KVCACHE_SPACE, --kv-cache-memory-bytes) exceeds the NUMA node's "
+        "available memory: the start is refused, and the figures say whether other processes or the setting "
+        "itself is to blame",
+        error="other",
+    ),
+    _row(
         "profiling_error",
         "Error in memory profiling",
         r"Error in memory profiling\.",

@@ -251,6 +251,7 @@ def _judge(
     episodes: list[dict[str, Any]] = []
     episode: dict[str, Any] | None = None
     prev_preemptions: float | None = None
+    prev_generated: float | None = None
     for i, ts in enumerate(timeline.samples):
         s = ts.sample
         if s.running is None and s.waiting is None:
@@ -263,7 +264,19 @@ def _judge(
                 if preempted < 0:
                     preempted = s.preemptions_total
             prev_preemptions = s.preemptions_total
-        state = judge.observe_values(t, s.running, s.waiting, s.kv_usage_ratio, preempted, s.waiting_capacity)
+        # vllm:num_requests_running is the scheduler's count at the last step before the scrape
+        # (v1/metrics/loggers.py PrometheusStatLogger.record sets it from SchedulerStats), while
+        # vllm:generation_tokens_total adds every token sampled in between (v1/metrics/stats.py
+        # IterationStats.update_from_output). Generation tokens since the last sample mean requests
+        # ran in the interval, so a sample that finds the server empty (short requests, a client
+        # that paces itself) is not an idle interval: it counts as one request running.
+        running = s.running
+        generated = s.generation_tokens_total
+        if generated is not None:
+            if prev_generated is not None and generated > prev_generated and not running and not s.waiting:
+                running = 1.0
+            prev_generated = generated
+        state = judge.observe_values(t, running, s.waiting, s.kv_usage_ratio, preempted, s.waiting_capacity)
         states.append(state)
         kv_pct = s.kv_usage_ratio * 100.0 if s.kv_usage_ratio is not None else None
         if state == "memory_bound":
