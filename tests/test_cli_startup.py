@@ -41,20 +41,53 @@ for c in cli.app.registered_commands:
     [
         (["--help"], []),
         (["--version"], []),
-        # the memory-profile wiring is part of capacity (commands/capacity_memory.py, loaded when it runs)
+        # a given pool needs no memory profile; a GPU size loads its wiring (commands/capacity_memory.py)
+        (["capacity", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-gib", "5"], ["capacity"]),
         (
-            ["capacity", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-gib", "5"],
+            ["capacity", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu-memory-gib", "80"],
             ["capacity", "capacity_memory"],
         ),
         (["fleet", "--help"], ["capacity"]),
         (["snapshot", str(SCRAPE)], ["snapshot"]),
         (["watch", "--help"], ["watch"]),
     ],
-    ids=["help", "version", "capacity", "fleet", "snapshot-of-a-saved-file", "watch-help"],
+    ids=["help", "version", "capacity", "capacity-memory", "fleet", "snapshot-of-a-saved-file", "watch-help"],
 )
 def test_a_command_imports_only_its_own_module(argv: list[str], expected: list[str]) -> None:
     out = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == repr([f"kvwatch.commands.{m}" for m in expected])
+
+
+_HEAVY = (
+    "kvwatch.records",
+    "kvwatch.reconcile.weights",
+    "prometheus_client",
+    "pydantic",
+    "requests",
+    "urllib3",
+    "rich",
+)
+_PROBE_HEAVY = _PROBE.replace(
+    'print(sorted(m for m in sys.modules if m.startswith("kvwatch.commands.")))',
+    f"print(sorted(m for m in {_HEAVY!r} if m in sys.modules))",
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # typer's help needs none of them; rich stays a lazy placeholder (cli._lazy_rich_utils)
+        (["--help"], []),
+        # the napkin math of a given pool: no log records, no config.json weights, no HTTP, no validation library
+        (["capacity", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-gib", "5"], []),
+        # a saved file: prometheus_client's parser and the records it fills, no HTTP client (only URLs need it)
+        (["snapshot", str(SCRAPE)], ["kvwatch.records", "prometheus_client"]),
+    ],
+    ids=["help", "capacity", "snapshot-of-a-saved-file"],
+)
+def test_a_command_does_not_import_what_it_does_not_use(argv: list[str], expected: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-c", _PROBE_HEAVY, *argv], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == repr(sorted(expected))
 
 
 def test_every_registered_command_has_its_lazy_row() -> None:

@@ -187,9 +187,10 @@ def render_text(doc: dict[str, Any]) -> str:
             f"{_fmt_int(obs['kv_cache_tokens'])} tokens, {_fmt_float(obs['max_concurrency'])}x; predicted blocks "
             f"{obs['predicted_blocks_range'] or '-'}, {_fmt_float(obs['predicted_max_concurrency'])}x"
         )
-    from kvwatch.commands.capacity_memory import render_memory  # local: --help stays light
+    if doc.get("memory") is not None or doc.get("start") is not None:  # else render_memory adds no line
+        from kvwatch.commands.capacity_memory import render_memory  # local: start-up
 
-    lines.extend(render_memory(doc))
+        lines.extend(render_memory(doc))
     lines.append("")
     header = f"  {'lever':<34}{'bytes/token':>12}{'pool tokens':>14}{'concurrency':>13}{'x':>7}  note"
     lines.append(header)
@@ -353,7 +354,9 @@ def capacity(
 
     # The memory profile predicted from config.json replaces the flat overhead unless the user
     # gave the overhead or measured pool themselves.
-    from kvwatch.commands import capacity_memory  # local: --help stays light
+    # local, and only when used: a given pool needs no config.json or per-version budget (start-up)
+    if (dep.gpu_memory_bytes is not None and overhead_gib is None and not pools) or doc_log is not None:
+        from kvwatch.commands import capacity_memory
 
     profile = None
     if dep.gpu_memory_bytes is not None and overhead_gib is None and not pools:

@@ -18,7 +18,7 @@ Pure: no files, no clock.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvwatch.errors import UsageError
 from kvwatch.reconcile.architecture import Architecture, resolve_model
@@ -39,7 +39,9 @@ from kvwatch.reconcile.pool import (
     max_concurrency_at_max_model_len,
     printed_tokens_for,
 )
-from kvwatch.records import StatsRecord
+
+if TYPE_CHECKING:  # an annotation only: `kvwatch capacity` need not build the log records (start-up)
+    from kvwatch.records import StatsRecord
 
 # ---------------------------------------------------------------------------------------------
 # The server as a Deployment

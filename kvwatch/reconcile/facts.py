@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvwatch.records import FactRecord
+if TYPE_CHECKING:  # an annotation only: `kvwatch capacity` need not build the log records (start-up)
+    from kvwatch.records import FactRecord
 
 GIB = 1 << 30
 
