@@ -144,3 +144,24 @@ def test_a_copy_still_being_written_is_not_taken_for_an_unseen_rotation(tmp_path
     finally:
         follower.close()
     assert seen == list(range(120))
+
+
+def test_a_short_finished_file_renamed_again_is_not_read_twice(tmp_path: Path) -> None:
+    """A rotated file of one short line, finished, then shifted by logrotate (.1 to .2): its head is
+    too short to tell copies apart, but its inode and that head say it is the file we finished."""
+    log = tmp_path / "vllm.log"
+    log.write_bytes(b"record 0 short\n")  # 15 bytes: shorter than any head worth comparing
+    follower = LogFollower(log, from_start=True, use_watchdog=False, rotate_wait=0.0)
+    try:
+        got = [line.text for line in follower.poll()]
+        rename(log, "vllm.log.1")
+        write(log, 1, 20)
+        got += [line.text for _ in range(3) for line in follower.poll()]  # vllm.log.1 finished
+        rename(log.with_name("vllm.log.1"), "vllm.log.2")  # logrotate shifts the old rotation
+        rename(log, "vllm.log.1")
+        write(log, 20, 30)
+        got += [line.text for _ in range(3) for line in follower.poll()]
+    finally:
+        follower.close()
+    assert got.count("record 0 short") == 1
+    assert [int(t.split("record ")[1].split()[0]) for t in got[1:]] == list(range(1, 30))

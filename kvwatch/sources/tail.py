@@ -651,6 +651,11 @@ class LogFollower:
             fst = os.fstat(fd)
             if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
                 return False  # renamed again between the stat and the open: the next look finds it
+            for d, i, n, h in done:
+                # A finished file renamed again (logrotate shifts .1 to .2): the same inode with the
+                # same head, however short that head was when we finished it.
+                if (d, i) == (st.st_dev, st.st_ino) and _hash(os.pread(fd, n, 0)) == h:
+                    return False
             heads = [(f.fp_len, f.fp_hash) for f in marked] + [(n, h) for _d, _i, n, h in done]
             for length, digest in heads:
                 if length >= _MIN_COPY_HEAD and _hash(os.pread(fd, length, 0)) == digest:
