@@ -37,17 +37,19 @@ What this module owns:
 
 Exactly once: every line is returned once, provided the caller commits after processing each
 batch; a batch returned but not committed before a crash is returned again after the restart.
-- **Rotations never seen.** Two rotations between two looks (0.1 s apart while the log is busy),
-  or any number while kvwatch was down, leave files that were never at path when we looked: a
-  file renamed away, or copytruncated into a copy we have no marks for. After a rotation or a
-  truncation (and at a restart), files next to the log with a rotation name of ours
-  (``NAME.1``, ``NAME-20261201``), written since the look before, neither open, nor finished
-  (remembered by identity and head hash, also in the positions), nor a copy of a file we are
-  reading, are read whole, oldest first. A file copytruncated and then renamed has its copy
-  read from our offset before its new content.
+- **Rotations never seen.** A rename rotation that hides another (a file renamed away, or
+  copytruncated into a copy, before any look saw it at path), or any number of rotations while
+  kvwatch was down, leave files we never opened. After a rename rotation (and at a restart),
+  files next to the log with a rotation name of ours (``NAME.1``, ``NAME-20261201``), written
+  since the look before, neither open, nor finished (remembered by identity and head hash, also
+  in the positions), nor starting like a file we read, are read whole, oldest first. A file
+  copytruncated and then renamed has its copy read from our offset before its new content.
 
 Known limits: bytes a writer appends between logrotate's copy and its truncate are lost by
-copytruncate itself; a rotated file moved to another directory, or compressed before we read
+copytruncate itself; two copytruncates between two looks of a running follower (0.1 s apart
+while the log is busy) lose what was written between them: the copy in the middle is told from
+our own content only by marks a busy writer can have moved past, and reading it whole doubled
+records under load; a rotated file moved to another directory, or compressed before we read
 its end, cannot be found again after a restart (nor can an unseen rotation already compressed).
 """
 
@@ -230,6 +232,7 @@ class LogFollower:
         self._done: collections.deque[tuple[int, int, int, str]] = collections.deque(maxlen=_DONE_REMEMBERED)
         self._restored_look: float | None = None  # the last look before a restart, from the positions
         self._restoring = False
+        self._copied_away: _Open | None = None  # marks of a file copytruncated, then renamed
         self._positions: Path | None = None
         self._positions_corrupt = False
         #: Set by the caller before ``commit()``: saved in the same atomic write as the positions,
@@ -451,11 +454,12 @@ class LogFollower:
         if cur is not None and (st is None or (st.st_dev, st.st_ino) != (cur.dev, cur.ino)):
             # Renamed away or deleted: keep reading the open descriptor for a while. If it was
             # copytruncated first, the copy holds what follows our offset: it comes first.
-            self._check_truncated(cur, now)
+            copied = self._check_truncated(cur, now)
             cur.detached_at = now
             self._detached.append(cur)
             self._current = cur = None
             self._counters.rotations += 1
+            self._copied_away = copied
         if cur is None and st is not None:
             back = [f for f in self._detached if (f.dev, f.ino) == (st.st_dev, st.st_ino)]
             if back:  # renamed away and back again: the same file, keep its position
@@ -464,7 +468,10 @@ class LogFollower:
                 self._current.detached_at = None
             else:
                 self._open_current(at_end=False)
-            self._recover_unseen(self._looked_before, now)
+            # A rename since our last look may hide another: a file renamed (or copytruncated)
+            # away before we ever saw it at path.
+            also, self._copied_away = ((self._copied_away,) if self._copied_away else ()), None
+            self._recover_unseen(self._looked_before, now, also=also)
             return
         if cur is not None:
             self._check_truncated(cur, now)
@@ -489,16 +496,20 @@ class LogFollower:
         self._refresh_fingerprint(f)
         self._current = f
 
-    def _check_truncated(self, cur: _Open, now: float) -> None:
-        """Copytruncate: the file shrank below our offset, or the bytes we remember changed."""
+    def _check_truncated(self, cur: _Open, now: float) -> _Open | None:
+        """Copytruncate: the file shrank below our offset, or the bytes we remember changed.
+
+        Returns the marks of the content that was copied away (None: not truncated), so a look
+        for unseen rotations can tell that content's copy from a file it never saw.
+        """
         try:
             size = os.fstat(cur.fd).st_size
             replaced = not _same_content(cur.fd, cur)
         except OSError as exc:
             self._error = f"cannot read {self.path}: {exc.strerror or exc}"
-            return
+            return None
         if size >= cur.offset and not replaced:
-            return
+            return None
         self._counters.truncations += 1
         before = dataclasses.replace(cur)  # the marks of the content that was copied away
         self._adopt_copy(cur, now)
@@ -508,8 +519,10 @@ class LogFollower:
         cur.tail_len, cur.tail_hash, cur.tail_end = 0, "", 0
         cur.changed_at = now
         cur.skip_first = False
-        # A second copytruncate since our last look left a copy we have no marks for.
-        self._recover_unseen(self._looked_before, now, also=(before,))
+        # Not followed by a look for unseen rotations: two copytruncates between two looks
+        # stay the known limit (module docstring), since a copy is only told from an unseen
+        # file by marks a busy writer may have moved past.
+        return before
 
     def _adopt_copy(self, cur: _Open, now: float) -> None:
         """Read the rest of the truncated content from logrotate's copy, as a rotated-away file.
@@ -801,6 +814,7 @@ class LogFollower:
         """Reopen every saved file where it is now (at path or renamed next to it), at its offset."""
         now = self._clock()
         self._restoring = True  # not every saved file is open yet: look for unseen ones after
+        befores: list[_Open] = []  # marks of content copytruncated away while we were down
         if self._restored_look is not None:
             # Rotations since the last look before the restart are looked for from there.
             self._looked_before = self._looked_at = self._restored_look
@@ -815,15 +829,17 @@ class LogFollower:
             if st is not None and (f.dev, f.ino) == (st.st_dev, st.st_ino):
                 self._current = f
             else:
-                self._check_truncated(f, now)  # copytruncated, then renamed: its copy comes first
+                if (copied := self._check_truncated(f, now)) is not None:  # copytruncated, then renamed
+                    befores.append(copied)  # its copy comes first
                 f.detached_at = now
                 self._detached.append(f)
-        if self._current is not None:
-            self._check_truncated(self._current, now)
+        copied = self._check_truncated(self._current, now) if self._current is not None else None
+        if copied is not None:
+            befores.append(copied)
         self._restoring = False
         if self._restored_look is not None:
             # Files rotated away while we were down, never seen: older than the file at path.
-            self._recover_unseen(self._restored_look, now)
+            self._recover_unseen(self._restored_look, now, also=tuple(befores))
         if self._current is None and st is not None:
             # The file at path is not one we read before: it was created since, all of it is new.
             self._open_current(at_end=False)
