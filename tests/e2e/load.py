@@ -164,7 +164,12 @@ class ClosedLoopLoad:
                 outcome: str | None = None
                 tokens = 0
                 try:
-                    response = session.post(self.url, json=body, timeout=cfg.request_timeout_seconds)
+                    # A fresh connection per request: a kept-alive one that sat idle while this
+                    # thread waited for a core can be closed by uvicorn (timeout_keep_alive, 5 s)
+                    # just as it is reused, a ConnectionError no server ever saw.
+                    response = session.post(
+                        self.url, json=body, timeout=cfg.request_timeout_seconds, headers={"Connection": "close"}
+                    )
                     if response.status_code == 200:
                         usage = response.json().get("usage") or {}
                         tokens = int(usage.get("completion_tokens") or 0)
