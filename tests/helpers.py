@@ -144,3 +144,22 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         code = int(exc.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def recorded_calibration(d: Path) -> Any:
+    """The simulator's calibration on a recorded run: ``d/server.log`` and its ``metrics-*.prom``
+    (each stamped ``# scraped at t=+Xs`` by the recording script)."""
+    from kvwatch.batch import analyze_paths
+    from kvwatch.parse.metrics import parse_exposition
+    from kvwatch.parse.scrapeseries import read_timing, scraped_at
+    from kvwatch.reconcile.simulate.calibrate import calibrate, evidence_point
+
+    points = []
+    for p in sorted(d.glob("metrics-*.prom")):
+        text = p.read_text()
+        at = scraped_at(text)
+        assert at is not None
+        point = evidence_point(at, parse_exposition(text), read_timing(text))
+        assert point is not None
+        points.append(point)
+    return calibrate(analyze_paths([str(d / "server.log")]), points)

@@ -17,15 +17,13 @@ from typing import Any
 
 import pytest
 
-from kvwatch.batch import analyze_paths
 from kvwatch.cli import main
-from kvwatch.parse.metrics import parse_exposition
-from kvwatch.parse.scrapeseries import read_timing, scraped_at
 from kvwatch.reconcile.simulate.blockpool import BlockPool
-from kvwatch.reconcile.simulate.calibrate import Calibration, calibrate, evidence_point, nnls
+from kvwatch.reconcile.simulate.calibrate import Calibration, nnls
 from kvwatch.reconcile.simulate.engine import EngineConfig, StepTime, Workload, simulate
 from kvwatch.reconcile.simulate.rules import V0_32_0, SchedulerRules, rules_for, with_changes
 from kvwatch.reconcile.simulate.sizes import from_buckets, from_range_ratio
+from tests.helpers import recorded_calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT.parent / "shared" / "fixtures" / "vllm-cpu-seed"
@@ -53,15 +51,8 @@ def _json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
 
 
 def _calibration(d: Path) -> Calibration:
-    points = []
-    for p in sorted(d.glob("metrics-*.prom")):
-        text = p.read_text()
-        at = scraped_at(text)
-        assert at is not None
-        point = evidence_point(at, parse_exposition(text), read_timing(text))
-        assert point is not None
-        points.append(point)
-    return calibrate(analyze_paths([str(d / "server.log")]), points)
+    cal: Calibration = recorded_calibration(d)
+    return cal
 
 
 @pytest.fixture(scope="module")

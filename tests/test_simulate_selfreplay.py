@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 
 import kvwatch.reconcile.simulate.calibrate as calibrate_mod
-from kvwatch.batch import analyze_paths
-from kvwatch.parse.metrics import parse_exposition
-from kvwatch.parse.scrapeseries import read_timing, scraped_at
-from kvwatch.reconcile.simulate.calibrate import Calibration, calibrate, evidence_point
+from kvwatch.reconcile.simulate.calibrate import Calibration
 from kvwatch.reconcile.simulate.engine import simulate
 from kvwatch.reconcile.simulate.rules import V0_32_0
+from tests.helpers import recorded_calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = {
@@ -32,15 +30,8 @@ TRUTH = {"seed": 46, "seed-rerun": 48, "prefix": 53, "spread": 116}  # each READ
 
 
 def _calibration(d: Path) -> Calibration:
-    points = []
-    for p in sorted(d.glob("metrics-*.prom")):
-        text = p.read_text()
-        at = scraped_at(text)
-        assert at is not None
-        point = evidence_point(at, parse_exposition(text), read_timing(text))
-        assert point is not None
-        points.append(point)
-    return calibrate(analyze_paths([str(d / "server.log")]), points)
+    cal: Calibration = recorded_calibration(d)
+    return cal
 
 
 def _replay(cal: Calibration) -> tuple[int, float]:

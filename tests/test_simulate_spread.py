@@ -18,29 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from kvwatch.batch import analyze_paths
 from kvwatch.cli import main
-from kvwatch.parse.metrics import parse_exposition
-from kvwatch.parse.scrapeseries import read_timing, scraped_at
-from kvwatch.reconcile.simulate.calibrate import Calibration, calibrate, evidence_point
+from kvwatch.reconcile.simulate.calibrate import Calibration
 from kvwatch.reconcile.simulate.engine import Workload, simulate
 from kvwatch.reconcile.simulate.rules import V0_32_0
 from kvwatch.reconcile.simulate.sizes import SizeDist
+from tests.helpers import recorded_calibration
 
 SPREAD = Path(__file__).resolve().parent / "fixtures" / "vllm-cpu-spread"
 SEEDS = range(15)
 
 
 def _calibration(d: Path) -> Calibration:
-    points = []
-    for p in sorted(d.glob("metrics-*.prom")):
-        text = p.read_text()
-        at = scraped_at(text)
-        assert at is not None
-        point = evidence_point(at, parse_exposition(text), read_timing(text))
-        assert point is not None
-        points.append(point)
-    return calibrate(analyze_paths([str(d / "server.log")]), points)
+    cal: Calibration = recorded_calibration(d)
+    return cal
 
 
 @dataclass(frozen=True)
