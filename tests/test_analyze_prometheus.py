@@ -2,7 +2,11 @@
 
 A real Prometheus (Debian's ``prometheus``, started here on 127.0.0.1) scrapes two stand-ins for
 vLLM that replay the seed run's recorded /metrics (tests/fixtures/vllm-cpu-seed/metrics-*.prom),
-one recorded scrape per Prometheus scrape at a 1 s interval, then the last one for good:
+one recorded scrape per Prometheus scrape at a 1 s interval, then the last one for good. Every
+sample carries an explicit timestamp, the time its scrape was recorded at (the file's
+"# scraped at t=+X s" line, 10 s apart), which Prometheus keeps (``honor_timestamps``, on by
+default): the history has the recorded run's own time axis however late a loaded machine makes
+each scrape, so the step time calibrated from it is the run's.
 
 - ``job="vllm"``: the whole run (14 preemptions, 46 requests);
 - ``job="vllm-short"``: only the first nine scrapes of it (fewer preemptions and requests), so
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -38,10 +43,11 @@ READY_SECONDS = 120.0  # generous: the machine is shared
 
 
 class ReplayServer(MetricsEndpoint):
-    """Serves the given recorded scrapes one per GET /metrics, then the last one forever."""
+    """Serves the given recorded scrapes one per GET /metrics, then the last one forever, each
+    sample stamped with its recording time (``base`` + the file's offset, in ms)."""
 
-    def __init__(self, scrapes: list[bytes]) -> None:
-        self.scrapes = scrapes
+    def __init__(self, scrapes: list[bytes], base: float) -> None:
+        self.scrapes = [_stamped(text, base) for text in scrapes]
         self.served = 0
         super().__init__(self._next)
         self.start()
@@ -50,6 +56,23 @@ class ReplayServer(MetricsEndpoint):
         body = self.scrapes[min(self.served, len(self.scrapes) - 1)]
         self.served += 1
         return body
+
+
+def _recorded_offset(text: bytes) -> float:
+    """Seconds since the load started, from the recorder's first line ("# scraped at t=+10.1s ...")."""
+    match = re.match(rb"# scraped at t=\+([0-9.]+)s", text)
+    assert match, "a seed scrape without its '# scraped at' line"
+    return float(match.group(1))
+
+
+def _stamped(text: bytes, base: float) -> bytes:
+    """The exposition with ``<timestamp_ms>`` after every sample (the recorder's labels hold no
+    spaces, so a sample line is "name{labels} value")."""
+    ms = b" %d" % round((base + _recorded_offset(text)) * 1000)
+    return b"".join(
+        line if line.startswith(b"#") or not line.strip() else line.rstrip(b"\n") + ms + b"\n"
+        for line in text.splitlines(keepends=True)
+    )
 
 
 def _query(url: str, expr: str) -> list[dict[str, Any]]:
@@ -65,7 +88,10 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = require_binary("prometheus")
     tmp = tmp_path_factory.mktemp("prom")
     texts = [p.read_bytes() for p in SCRAPES]
-    full, short = ReplayServer(texts), ReplayServer(texts[:SHORT])
+    # The recorded run ends just before now, so every stamp is in the past when it is served and
+    # the whole run lies inside the tests' 10-minute ranges.
+    base = time.time() - _recorded_offset(texts[-1]) - 5
+    full, short = ReplayServer(texts, base), ReplayServer(texts[:SHORT], base)
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
@@ -89,13 +115,13 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         wait_for_http_ok(f"{url}/-/ready", 60, alive=lambda: prom.popen.poll() is None, poll_seconds=0.2)
         # Wait on the event itself: both targets served past their last recording, and
-        # Prometheus holds that last value (a scrape after it) for each.
+        # Prometheus holds every recording of each (one sample per distinct stamp).
+        want = {"vllm": len(texts), "vllm-short": SHORT}
         deadline = time.monotonic() + READY_SECONDS
         while time.monotonic() < deadline:
-            done = full.served > len(texts) + 1 and short.served > SHORT + 1
-            if done:
+            if full.served > len(texts) and short.served > SHORT:
                 counts = _query(url, 'count_over_time(vllm:num_preemptions_total{job=~"vllm.*"}[10m])')
-                if len(counts) == 2 and all(float(c["value"][1]) > SHORT + 1 for c in counts):
+                if {c["metric"]["job"]: int(float(c["value"][1])) for c in counts} == want:
                     break
             time.sleep(0.5)
         else:
@@ -134,7 +160,7 @@ def test_prometheus_history_matches_the_log_and_scrapes_analysis(
     assert (engine["source"], engine["engine"], engine["verdict"]) == ("prometheus", "0", "memory_bound")
     prom = doc["evidence"]["prometheus"]
     assert prom["selector"] == '{job="vllm"}'
-    assert prom["step"] == 1.0
+    assert prom["step"] == 10  # the recorded scrape interval, read from the samples' stamps
     assert doc["evidence"]["first_ts"].startswith("20")  # ISO-8601 with the year, from the samples
     # the pool from vllm:cache_config_info, as the log states it
     assert (doc["capacity"]["kv_cache_tokens"], doc["capacity"]["gpu_blocks"]) == (40960, 1280)
