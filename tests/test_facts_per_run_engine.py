@@ -172,3 +172,49 @@ def test_a_crash_looping_server_keeps_a_bounded_number_of_runs_and_the_latest_fa
     assert builder.facts_for(1).max_num_seqs == 10 * MAX_RUNS - 1
     assert builder.facts_for(1).capacity.kv_cache_tokens == 1000  # stated once, in the first run
     assert builder.facts_for(1, run=MAX_RUNS - 2).max_num_seqs == 10 * MAX_RUNS - 2
+
+
+MEMORY = "(Worker_DP{dp}_TP0 pid=1{dp}) INFO 11-29 {t} [gpu_worker.py:298] Available KV cache memory: {gib} GiB\n"
+
+
+def _dp_memory_log(dp1_tokens: int) -> str:
+    """Two DP ranks; DP1's GPU is shared with another process, so it profiled 4 GiB against DP0's 8
+    (each rank sizes its own pool: vLLM 0.32.0 v1/engine/core.py EngineCore._initialize_kv_caches).
+    At 131,072 bytes a token, 8 GiB is 65,536 tokens and 4 GiB 32,768."""
+    text = ARGS.format(t="09:59:00", mns=64)
+    text += MEMORY.format(dp=0, t="09:59:29", gib="8.0") + POOL.format(dp=0, t="09:59:30", tokens=65536, ratio=4.0)
+    text += MEMORY.format(dp=1, t="09:59:30", gib="4.0")
+    text += POOL.format(dp=1, t="09:59:31", tokens=dp1_tokens, ratio=dp1_tokens / 16384)
+    return text + "".join(STATS.format(t="10:00:00", e=e, r=1, w=0, kv=5.0) for e in (0, 1))
+
+
+def _reconciled(text: str) -> tuple[dict[str, dict[str, float]], list[str]]:
+    from kvwatch.reconcile.live import Expected
+
+    def expected(_facts: object) -> Expected:
+        return Expected(bytes_per_token=131072, pool_tokens_for=lambda b: b // 131072)
+
+    state = LiveState(expected=expected)
+    events = []
+    for i, rec in enumerate(_records(text)):
+        events += state.on_log_record(rec, float(i))
+    ratios = {e.engine: dict(e.reconcile) for e in state.view(100.0).engines}
+    return ratios, [e.message for e in events if e.kind == "mismatch"]
+
+
+def test_each_dp_engine_is_reconciled_against_its_own_memory() -> None:
+    # A rank with less free memory has a smaller pool and is consistent: no mismatch for either.
+    ratios, mismatches = _reconciled(_dp_memory_log(32768))
+    assert ratios["0"]["pool_tokens"] == ratios["1"]["pool_tokens"] == 1.0
+    assert mismatches == []
+
+
+def test_a_mismatch_on_one_dp_engine_is_that_engines_alone() -> None:
+    # DP1 printed half the pool its memory holds: only DP1's ratio moves, and the event names it.
+    ratios, mismatches = _reconciled(_dp_memory_log(16384))
+    assert ratios["0"]["pool_tokens"] == 1.0
+    assert ratios["1"]["pool_tokens"] == 0.5
+    # Half the pool for its memory: the pool, the bytes per token and the concurrency all disagree.
+    assert sorted(m.split(": ")[1] for m in mismatches) == ["bytes_per_token", "max_concurrency", "pool_tokens"]
+    assert all(m.startswith("engine 1 (") for m in mismatches)
+    assert any("pool_tokens: vLLM reports 0.500x" in m for m in mismatches)

@@ -355,9 +355,9 @@ class FactsBuilder:
     was printed in and, when a data-parallel engine's own process printed it
     (``FactRecord.engine``), to that engine. ``facts_for(engine)`` is what that engine stated in
     the run, over what its run stated without naming an engine, over earlier runs' facts where the
-    run did not restate them; an engine that printed nothing of its own reads its run's last
-    values. ``facts()`` keeps the analyze document's rule: the last value seen of each field.
-    Records are rebuilt only on change.
+    run did not restate them (never another engine's own lines, in a run this engine spoke in);
+    an engine that printed nothing of its own reads its run's last values. ``facts()`` keeps the
+    analyze document's rule: the last value seen of each field. Records are rebuilt only on change.
     """
 
     __slots__ = ("_cache", "_cache_config", "_facts", "_fields", "_runs")
@@ -366,19 +366,19 @@ class FactsBuilder:
         self._fields: dict[str, FactValue] = {}
         self._cache_config: dict[str, FactValue] = {}
         self._facts: ServerFacts | None = ServerFacts()
-        # Per run: (every fact of the run, last value; each engine's own facts).
-        self._runs: list[tuple[dict[str, FactValue], dict[int, dict[str, FactValue]]]] = [({}, {})]
+        # Per run: (every fact of the run, last value; each engine's own facts, and under None the
+        # facts no engine's process printed: the server's own, e.g. the API server's args).
+        self._runs: list[tuple[dict[str, FactValue], dict[int | None, dict[str, FactValue]]]] = [({}, {})]
         self._cache: dict[tuple[int, int | None], ServerFacts] = {}
 
     def add(self, record: FactRecord) -> None:
         """One startup fact from the log."""
         run, engines = self._runs[-1]
-        own = engines.setdefault(record.engine, {}) if record.engine is not None else None
+        own = engines.setdefault(record.engine, {})
         changed = self._fields.get(record.field, _MISSING) != record.value
         changed |= run.get(record.field, _MISSING) != record.value
-        if own is not None:
-            changed |= own.get(record.field, _MISSING) != record.value
-            own[record.field] = record.value
+        changed |= own.get(record.field, _MISSING) != record.value
+        own[record.field] = record.value
         if changed:
             self._fields[record.field] = record.value
             run[record.field] = record.value
@@ -415,6 +415,10 @@ class FactsBuilder:
         """Anything stated at all (a startup fact or cache_config_info)."""
         return bool(self._fields or self._cache_config)
 
+    def engines_with_own_pool(self) -> list[int]:
+        """The DP ranks whose own process printed its pool in the latest run (empty: one engine)."""
+        return sorted(e for e, own in self._runs[-1][1].items() if e is not None and "capacity.kv_cache_tokens" in own)
+
     @property
     def runs(self) -> int:
         """Server runs seen so far (1 before any restart)."""
@@ -434,9 +438,15 @@ class FactsBuilder:
         if cached is None:
             merged: dict[str, FactValue] = {}
             for every, own in self._runs[: index + 1]:
-                merged.update(every)
                 if engine is not None and engine in own:
+                    # A rank that spoke for itself in this run reads its own lines and the server's,
+                    # never another rank's: each DP engine core profiles its own device and prints
+                    # its own memory, pool and concurrency (vLLM 0.32.0 v1/engine/core.py
+                    # EngineCore._initialize_kv_caches), so a neighbour's value is never this one's.
+                    merged.update(own.get(None, {}))
                     merged.update(own[engine])
+                else:
+                    merged.update(every)
             cached = self._cache[key] = ServerFacts.from_fields(merged, self._cache_config)
         return cached
 

@@ -222,9 +222,8 @@ class LiveState:
         self.record_counts: dict[str, float] = {}
         self.sources: dict[str, dict[str, float | None]] = {}
         self._source_up: dict[str, bool] = {}
-        self._mismatch_logged: set[str] = set()
-        self._expected: Expected | None = None
-        self._expected_key: ServerFacts | None = None
+        self._mismatch_logged: set[tuple[str, str]] = set()  # (engine, check), said once each
+        self._expected: dict[str | None, tuple[ServerFacts, Expected | None]] = {}  # per engine key
         self.progress = ProgressTracker(live=True)  # the cause table's facts (kvwatch_diagnosis)
         # Fed by the HTTP server's threads without the wiring's lock: guarded on its own.
         self._http_drops: dict[str, float] = {}
@@ -419,7 +418,7 @@ class LiveState:
             out["log"] = facts.log_pool_tokens
         if facts.metrics_pool_tokens is not None:
             out["metrics"] = facts.metrics_pool_tokens
-        expected = self.expected()
+        expected = self.expected(eng)
         kv_bytes = facts.kv_memory_bytes
         override = facts.override_blocks
         size = facts.block_size
@@ -436,15 +435,16 @@ class LiveState:
         """KV-cache memory vLLM reports (log GiB, or cache_config's kv_cache_memory_bytes)."""
         return self.facts().kv_memory_bytes
 
-    def bytes_per_token(self) -> dict[str, float]:
-        """KV bytes per token by source: config (expected) and observed (log memory / log pool)."""
-        facts = self.facts()
+    def bytes_per_token(self, eng: _Engine | None = None) -> dict[str, float]:
+        """KV bytes per token by source: config (expected) and observed (log memory / log pool);
+        one engine's with ``eng`` (a data-parallel rank prints its own memory and pool)."""
+        facts = self.engine_facts(eng)
         out: dict[str, float] = {}
-        expected = self.expected()
+        expected = self.expected(eng)
         if expected and expected.bytes_per_token:
             out["config"] = expected.bytes_per_token
         kv_bytes = facts.kv_memory_bytes
-        pool = self.pool_tokens()
+        pool = self.pool_tokens(eng)
         observed_pool = pool.get("log") or pool.get("metrics")
         computed = facts.computed_blocks
         block_size = facts.config_block_size
@@ -514,15 +514,19 @@ class LiveState:
         pool = self.pool_tokens(eng)
         return request_from_stats(pool.get("log") or pool.get("metrics"), eng.busy_stats)
 
-    def expected(self) -> Expected | None:
-        """The config.json expectation for the facts known now (rebuilt when they change)."""
+    def expected(self, eng: _Engine | None = None) -> Expected | None:
+        """The config.json expectation for the facts known now (rebuilt when they change); one
+        engine's with ``eng``, from the KV memory that engine's own rank profiled."""
         if self._expected_factory is None:
             return None
-        facts = self.facts()
-        if facts != self._expected_key:
-            self._expected = self._expected_factory(facts)
-            self._expected_key = facts
-        return self._expected
+        facts = self.engine_facts(eng)
+        key = eng.engine if eng is not None else None
+        cached = self._expected.get(key)
+        if cached is None or cached[0] != facts:
+            if len(self._expected) > MAX_ENGINES:
+                self._expected.clear()  # engines come and go (expiry); never more than the label bound
+            cached = self._expected[key] = (facts, self._expected_factory(facts))
+        return cached[1]
 
     # ------------------------------------------------------------------ output
 
@@ -534,13 +538,12 @@ class LiveState:
         )
         facts = self.facts()
         engines = self.engines or ({"0": self._engine("0")} if self.server.stated else {})
-        bpt = self.bytes_per_token()
-        expected = self.expected()
-        ratios = tuple(sorted(self.reconcile_ratios().items()))  # server-wide, computed once per render
         views = []
         for eng in sorted(engines.values(), key=lambda e: e.engine):
             # The engine's own facts (a DP rank prints its own pool), else the server's.
             own = self.engine_facts(eng)
+            expected = self.expected(eng)
+            bpt = self.bytes_per_token(eng)
             mns = self.max_num_seqs(eng)
             pool = self.pool_tokens(eng)
             kv_bytes = own.kv_memory_bytes
@@ -578,7 +581,7 @@ class LiveState:
                     request_tokens=tuple(sorted(req.items())),
                     max_concurrency=tuple(concurrency),
                     whatif=whatif,
-                    reconcile=ratios,
+                    reconcile=tuple(sorted(self.reconcile_ratios(eng).items())),
                     running=running,
                     waiting=waiting,
                     kv_usage=kv_ratio,
@@ -597,20 +600,23 @@ class LiveState:
             __version__, sources, tuple(sorted(self.record_counts.items())), tuple(views), drops, self.whatif_errors
         )
 
-    def reconcile_ratios(self) -> dict[str, float]:
-        """observed / expected for pool_tokens, bytes_per_token and max_concurrency."""
+    def reconcile_ratios(self, eng: _Engine | None = None) -> dict[str, float]:
+        """observed / expected for pool_tokens, bytes_per_token and max_concurrency; one engine's
+        with ``eng``: each data-parallel rank profiles its own GPU and prints its own pool and
+        concurrency (vLLM 0.32.0 v1/engine/core.py ``EngineCore._initialize_kv_caches`` runs per
+        rank), so a rank whose GPU another process shares differs alone."""
         out: dict[str, float] = {}
-        pool = self.pool_tokens()
+        pool = self.pool_tokens(eng)
         observed_pool = pool.get("log") or pool.get("metrics")
         if observed_pool and pool.get("config"):
             out["pool_tokens"] = observed_pool / pool["config"]
-        bpt = self.bytes_per_token()
-        expected = self.expected()
+        bpt = self.bytes_per_token(eng)
+        expected = self.expected(eng)
         # Sliding-window and hybrid pools print fewer tokens than they store: compare like with like.
         against = (expected.printed_bytes_per_token if expected else None) or bpt.get("config")
         if bpt.get("observed") and against:
             out["bytes_per_token"] = bpt["observed"] / against
-        printed = self.facts().printed_max_concurrency
+        printed = self.engine_facts(eng).printed_max_concurrency
         expected_conc = expected.max_concurrency_at_max_model_len if expected else None
         if expected_conc is None and pool.get("config"):
             expected_conc = self._concurrency_at_len(pool["config"])
@@ -722,16 +728,27 @@ class LiveState:
 
     def _reconcile_events(self) -> list[Event]:
         events = []
-        for check, ratio in self.reconcile_ratios().items():
-            if abs(ratio - 1.0) > MISMATCH_TOLERANCE and check not in self._mismatch_logged:
-                self._mismatch_logged.add(check)
-                events.append(
-                    Event(
-                        "mismatch",
-                        f"{check}: vLLM reports {ratio:.3f}x what config.json predicts; "
-                        f"likely cause: {self._likely_cause(check, ratio)}",
+        # Data-parallel ranks each print their own memory and pool; until a rank has printed its
+        # pool its facts mix with another rank's (the run's last values), so only ranks that did
+        # are held against the expectation. One engine: the server's facts, as vLLM printed them.
+        ranks = self.server.engines_with_own_pool()
+        engines: list[_Engine | None] = (
+            [self._engine(str(rank)) for rank in ranks] if ranks else list(self.engines.values()) or [None]
+        )
+        for eng in engines:
+            key = eng.engine if eng is not None else "0"
+            # One engine (the usual server) keeps the plain message; data-parallel ranks are named.
+            where = f"engine {key} ({self._model_name(eng)}): " if eng is not None and len(engines) > 1 else ""
+            for check, ratio in self.reconcile_ratios(eng).items():
+                if abs(ratio - 1.0) > MISMATCH_TOLERANCE and (key, check) not in self._mismatch_logged:
+                    self._mismatch_logged.add((key, check))
+                    events.append(
+                        Event(
+                            "mismatch",
+                            f"{where}{check}: vLLM reports {ratio:.3f}x what config.json predicts; "
+                            f"likely cause: {self._likely_cause(check, ratio)}",
+                        )
                     )
-                )
         return events
 
     def _likely_cause(self, check: str, ratio: float) -> str:
