@@ -156,3 +156,19 @@ def test_estimate_rules_follow_the_version_default_and_the_budget() -> None:
     took = capture_finding(-0.03)
     assert took is not None
     assert not took.sized_pool
+
+
+@pytest.mark.parametrize(("version", "named"), [("0.22.0", True), ("0.19.1", False)])
+def test_a_failed_start_names_the_estimates_share_only_where_it_was_subtracted(version: str, named: bool) -> None:
+    diag = _diagnosis(
+        "\n".join(
+            (
+                _banner(version),
+                "(EngineCore pid=7) INFO 11-29 14:01:00 [gpu_model_runner.py:6366] Estimated CUDA graph memory:"
+                " 6.0 GiB total",
+                "(EngineCore pid=7) INFO 11-29 14:01:01 [gpu_worker.py:460] Available KV cache memory: -1.2 GiB",
+            )
+        )
+    )
+    assert (diag["verdict"], diag["cause"]) == ("failed_start", "no_kv_memory_after_weights")
+    assert ("taken from the budget first" in diag["summary"]) is named, diag["summary"]

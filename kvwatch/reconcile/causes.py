@@ -591,11 +591,12 @@ def _no_kv_memory(case: Case) -> Match | None:
         parts.append(f"of a {_g(total * util)} GiB budget ({_g(total)} GiB x {util:g})")
     budget = (" (" + " ".join(parts) + ")") if parts else ""
     figure = f" ({_g(kv)} GiB)" if kv is not None and kv <= 0 else ""
-    # 0.20+ subtracts the CUDA-graph estimate from the budget before the check (gpu_worker.py
-    # determine_available_memory; on by default from 0.21): a share of the shortfall the log names.
+    # gpu_worker.py determine_available_memory subtracts the CUDA-graph estimate from the budget before
+    # the check where VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on (default from 0.21; see
+    # graph_memory.estimate_applied): a share of the shortfall the log names.
     estimate = as_number(case.facts.capacity.cuda_graph_estimate_gib)
     graphs = ""
-    if estimate is not None and estimate > 0:
+    if estimate is not None and estimate > 0 and estimate_applied(case.version()):
         graphs = (
             f"; vLLM's CUDA-graph estimate ({_g(estimate)} GiB) was taken from the budget first"
             " (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 shows the start without it)"
