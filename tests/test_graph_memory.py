@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from kvwatch.export import exposition
 from kvwatch.parse.log import parse_line
 from kvwatch.reconcile.analysis import Analysis
 from kvwatch.reconcile.graph_memory import capture_finding, estimate_applied, estimate_finding
-from kvwatch.records import FactRecord
+from kvwatch.reconcile.live import LiveState
+from kvwatch.records import FactRecord, StatsRecord
 
 INCIDENTS = Path(__file__).parent / "fixtures" / "incidents"
 INDEX = json.loads((INCIDENTS / "index.json").read_text())
@@ -25,6 +27,10 @@ def _diagnosis(text: str) -> dict[str, Any]:
     analysis.add([rec for i, line in enumerate(text.strip().splitlines(), 1) for rec in parse_line(line, i)])
     diag: dict[str, Any] = analysis.document()["diagnosis"]
     return diag
+
+
+def _gauge(state: LiveState, now: float) -> dict[str, float]:
+    return {dict(s.labels)["cause"]: s.value for s in exposition.samples(state, now) if s.name == "kvwatch_diagnosis"}
 
 
 def _file(name: str) -> dict[str, Any]:
@@ -172,3 +178,21 @@ def test_a_failed_start_names_the_estimates_share_only_where_it_was_subtracted(v
     )
     assert (diag["verdict"], diag["cause"]) == ("failed_start", "no_kv_memory_after_weights")
     assert ("taken from the budget first" in diag["summary"]) is named, diag["summary"]
+
+
+def test_sidecar_names_the_inflated_pool_at_start_and_forgets_it_once_the_run_serves_healthily() -> None:
+    # The same cause table live (kvwatch_diagnosis{cause}): the real GB10 start names the estimate; the
+    # first healthy stats records judge the run by how it serves, with the estimate as a warning.
+    state = LiveState()
+    name = "real-negative-graph-estimate-v02x-gb10-compose-inflated-pool.log"
+    for i, line in enumerate((INCIDENTS / name).read_text().splitlines()):
+        for rec in parse_line(line, i + 1):
+            state.on_log_record(rec, float(i))
+    assert _gauge(state, 100.0)["negative_cuda_graph_estimate"] == 1.0
+    t = 100.0
+    for _ in range(3):
+        t += 10.0
+        state.on_log_record(StatsRecord(1, None, 0, None, 4, 0, kv_usage_pct=12.0, prompt_tps=0.0, gen_tps=80.0), t)
+    gauge = _gauge(state, t)
+    assert gauge["negative_cuda_graph_estimate"] == 0.0
+    assert sum(gauge.values()) == 1.0
