@@ -299,6 +299,7 @@ KIND_LOGGERS: dict[str, str] = {
     "startup_free_memory": "worker",
     "memory_summary_graph": "worker",
     "cudagraph_estimate": "worker",
+    "graph_pool_actual": "worker",
     "graph_capture_start": "worker",
     "graph_capture_done": "worker",
     "graph_capture_frame": "traceback",
@@ -849,10 +850,24 @@ LINE_KINDS: tuple[LineKind, ...] = (
     _row(
         "cudagraph_estimate",
         "Estimated CUDA graph memory",
-        r"Estimated CUDA graph memory: " + _SDEC + r" GiB total",
-        "0.20-0.33 (V1 gpu_model_runner.py profile_cudagraph_memory, subtracted from the KV budget)",
+        # "total" is vLLM's (0.22.0 "Estimated CUDA graph memory: %.2f GiB total"); pastes that retype
+        # the line drop it (vllm issue 44740's comments), and the figure is the same.
+        r"Estimated CUDA graph memory: " + _SDEC + r" GiB(?: total)?",
+        "0.18-0.33 (V1 gpu_model_runner.py profile_cudagraph_memory; gpu_worker.py determine_available_memory"
+        " subtracts it from the KV budget when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on, the default"
+        " since 0.21)",
         "the estimate vLLM subtracted before sizing the pool: a negative one inflates the pool",
         fields=("capacity.cuda_graph_estimate_gib",),
+    ),
+    _row(
+        "graph_pool_actual",
+        "CUDA graph pool memory",
+        r"CUDA graph pool memory: " + _SDEC + r" GiB \(actual\)",
+        "0.21-0.33 (V1 gpu_worker.py compile_or_warm_up_model, printed when the estimate was > 0: 'CUDA graph"
+        " pool memory: 0.11 GiB (actual), 0.14 GiB (estimated), difference: ...')",
+        "the capture's own figure (capture_model, after the pool was allocated); signed, a difference of"
+        " free-memory readings",
+        fields=("capacity.cuda_graph_gib",),
     ),
     _row(
         "graph_capture_start",

@@ -28,6 +28,7 @@ from typing import Any
 from kvwatch.reconcile import facts as F
 from kvwatch.reconcile import stalls
 from kvwatch.reconcile.facts import ServerFacts, as_number
+from kvwatch.reconcile.graph_memory import GraphFinding, capture_finding, estimate_applied, estimate_finding
 from kvwatch.records import ErrorRecord, LogTime, StatsRecord
 
 # vLLM's stats interval, the time base between two records when the log has no timestamps: V1
@@ -590,11 +591,12 @@ def _no_kv_memory(case: Case) -> Match | None:
         parts.append(f"of a {_g(total * util)} GiB budget ({_g(total)} GiB x {util:g})")
     budget = (" (" + " ".join(parts) + ")") if parts else ""
     figure = f" ({_g(kv)} GiB)" if kv is not None and kv <= 0 else ""
-    # 0.20+ subtracts the CUDA-graph estimate from the budget before the check (gpu_worker.py
-    # determine_available_memory; on by default from 0.21): a share of the shortfall the log names.
+    # gpu_worker.py determine_available_memory subtracts the CUDA-graph estimate from the budget before
+    # the check where VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on (default from 0.21; see
+    # graph_memory.estimate_applied): a share of the shortfall the log names.
     estimate = as_number(case.facts.capacity.cuda_graph_estimate_gib)
     graphs = ""
-    if estimate is not None and estimate > 0:
+    if estimate is not None and estimate > 0 and estimate_applied(case.version()):
         graphs = (
             f"; vLLM's CUDA-graph estimate ({_g(estimate)} GiB) was taken from the budget first"
             " (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 shows the start without it)"
@@ -652,46 +654,55 @@ def _failed_start(m: Match | None) -> Match | None:
     return Match("failed start: " + m.sentence, m.evidence) if m is not None else None
 
 
-def _graph_memory(case: Case) -> tuple[float | None, str]:
-    for stated, what in (
-        (case.facts.capacity.cuda_graph_estimate_gib, "CUDA graph memory estimate"),
-        (case.facts.capacity.cuda_graph_gib, "CUDA graph memory"),
-    ):
-        value = as_number(stated)
-        if value is not None:
-            return value, what
-    return None, ""
+def _graph_estimate(case: Case) -> GraphFinding | None:
+    # kvwatch.reconcile.graph_memory: only the estimate (profile_cudagraph_memory) is subtracted from
+    # the KV budget, and only where VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on (default 0.21+).
+    total, util = as_number(case.facts.memory.total_gib), as_number(case.facts.config.gpu_memory_utilization)
+    return estimate_finding(
+        as_number(case.facts.capacity.cuda_graph_estimate_gib),
+        applied=estimate_applied(case.version()),
+        kv_gib=as_number(case.facts.capacity.kv_cache_memory_gib),
+        budget_gib=total * util if total is not None and util is not None else None,
+    )
 
 
 def _graph_estimate_wrong(case: Case) -> Match | None:
-    # V1 gpu_model_runner.py capture_model: "took X GiB" is start_free - end_free (a difference of
-    # two readings, so another process releasing memory makes it negative); from 0.20 the profiled
-    # estimate is subtracted from the KV budget (gpu_worker.py determine_available_memory), so a
-    # negative estimate hands the pool memory that does not exist. Implausible: more than the whole
-    # device budget (gpu_memory_utilization x total) for graphs alone.
-    value, what = _graph_memory(case)
-    if value is None:
+    """The estimate's finding as a warning, whatever the cause."""
+    f = _graph_estimate(case)
+    if f is None:
         return None
-    total, util = as_number(case.facts.memory.total_gib), as_number(case.facts.config.gpu_memory_utilization)
-    if value < 0:
-        why = "negative: free memory grew while vLLM measured it, so the accounting is wrong"
-    elif total is not None and util is not None and value > total * util:
-        why = f"larger than the whole {_g(total * util)} GiB budget"
-    else:
-        return None
-    return Match(f"the {what} is {_g(value)} GiB, {why}", (_ev(what + " (GiB)", value),))
+    value = as_number(case.facts.capacity.cuda_graph_estimate_gib)
+    return Match(f.sentence, (_ev("CUDA graph memory estimate (GiB)", value),))
+
+
+def _graph_capture_wrong(case: Case) -> Match | None:
+    """A negative capture figure ("took X GiB", "X GiB for CUDAGraph memory"): a warning only, since
+    capture_model runs after the pool is allocated (graph_memory.capture_finding)."""
+    value = as_number(case.facts.capacity.cuda_graph_gib)
+    f = capture_finding(value)
+    return Match(f.sentence, (_ev("CUDA graph capture (GiB)", value),)) if f is not None else None
 
 
 def _graph_estimate_cause(case: Case) -> Match | None:
-    # The wrong figure is the cause when the memory it mis-stated then ran out: a start error of
-    # memory, or an OOM while serving from a pool sized with memory that was not there.
-    m = _graph_estimate_wrong(case)
-    if m is None:
+    # The estimate is the cause only where it sized the pool (subtracted from the budget): then the
+    # memory it mis-stated running out (a start error of memory, an OOM while serving) is its doing;
+    # and a negative one is the finding of a log that shows only the start (no stats record: the
+    # pool's size is all there is to judge). A run that served is judged by how it served, with the
+    # estimate as a warning.
+    f = _graph_estimate(case)
+    if f is None or not f.sized_pool:
         return None
+    value = as_number(case.facts.capacity.cuda_graph_estimate_gib)
+    ev: list[dict[str, Any]] = [_ev("CUDA graph memory estimate (GiB)", value)]
+    kv = as_number(case.facts.capacity.kv_cache_memory_gib)
+    if kv is not None:
+        ev.append(_ev("KV cache memory (GiB)", kv))
     if _start_errors(case, "oom", "no_kv_memory", "kv_insufficient"):
-        return Match("failed start: " + m.sentence, m.evidence, "failed_start")
+        return Match("failed start: " + f.sentence, tuple(ev), "failed_start")
     if _serving_errors(case, "oom"):
-        return Match("crashed: " + m.sentence, m.evidence, "crashed")
+        return Match("crashed: " + f.sentence, tuple(ev), "crashed")
+    if f.negative and case.saturation == "unknown" and not case.progress.stats_total:
+        return Match(f.sentence, tuple(ev), "unknown")
     return None
 
 
@@ -1062,13 +1073,19 @@ CAUSES: tuple[Cause, ...] = (
         "negative_cuda_graph_estimate",
         "failed_start",
         _graph_estimate_cause,
+        # vLLM's own levers for a wrong estimate (0.22.0): VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0
+        # stops the subtraction, and its warning says the graphs then need a lower
+        # --gpu-memory-utilization; --kv-cache-memory-bytes (arg_utils.py, 0.10.2-0.22.0) skips
+        # profiling; the pool is not grown by any of them.
         (
-            "set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 or pass --kv-cache-memory-bytes so the pool is not "
-            "sized from the wrong estimate",
+            "set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 and lower --gpu-memory-utilization by what the graphs "
+            "really take, so the pool is not sized from the wrong estimate",
+            "or pass --kv-cache-memory-bytes no larger than the pool less the estimate's surplus (the pool the "
+            "budget gives without it), leaving the graphs their own memory",
             "make sure no other process allocates or frees device memory while vLLM profiles",
             "--enforce-eager avoids CUDA-graph memory altogether",
         ),
-        why="gpu_worker.py subtracts the estimate from the KV budget (0.20+)",
+        why="gpu_worker.py determine_available_memory subtracts the estimate from the KV budget (default 0.21+)",
     ),
     Cause(
         "max_model_len_exceeds_pool",
@@ -1192,7 +1209,7 @@ CAUSE_IDS: tuple[str, ...] = tuple(c.id for c in CAUSES)
 KV_POOL_CAUSES: frozenset[str] = frozenset(c.id for c in CAUSES if c.kv_pool)
 
 # Accounting that looks wrong, stated whatever the cause (each one sentence).
-_WARNINGS: tuple[Callable[[Case], Match | None], ...] = (_graph_estimate_wrong, _other_process)
+_WARNINGS: tuple[Callable[[Case], Match | None], ...] = (_graph_estimate_wrong, _graph_capture_wrong, _other_process)
 
 
 # --------------------------------------------------------------------------------------------
