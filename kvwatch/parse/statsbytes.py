@@ -1,10 +1,13 @@
 """The common V1 stats line read straight from the bytes of a buffer: one compiled match, no decoding.
 
 A large log is mostly lines of one layout, vLLM's V1 stats logger behind at most a process prefix
-(v1/metrics/loggers.py ``LoggingStatLogger.log``, 0.8-0.32: "Engine %03d: Avg prompt throughput:
-... GPU KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%", under vLLM's header
-"LEVEL MM-DD HH:MM:SS [file.py:N] " and the "(APIServer pid=N) " prefix of 0.8.3+, coloured on a
-terminal). ``plain_stats_row`` reads such a line from ``data[start:end]`` with one ``fullmatch`` of a
+(vllm/v1/metrics/loggers.py ``LoggingStatLogger.log``, read in 0.32.0: "Avg prompt throughput:
+%.1f tokens/s, ..., Running: %d reqs, Waiting: %d reqs[, Deferred][, Preemptions], %s KV cache
+usage: %.1f%%[, Prefix cache hit rate: %.1f%%]" behind "Engine %03d: "; its optional KV fetch,
+Corrupted, External and MM parts are outside this layout and go to the general reader), under
+vLLM's header (vllm/logger.py ``_FORMAT``, "LEVEL MM-DD HH:MM:SS [file.py:N] ") and the
+"(%(vllm_process_name)s pid=%(process)d) " of the same format (0.8.3+; coloured on a terminal).
+``plain_stats_row`` reads such a line from ``data[start:end]`` with one ``fullmatch`` of a
 bytes pattern and converts its fields from bytes, where the general reader decodes the line and
 runs several searches on it. It gives exactly the row ``log._plain_stats_row`` gives for the decoded
 line, or None for any line outside the layout (then the general reader reads it;
