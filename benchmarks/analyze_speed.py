@@ -15,7 +15,7 @@ one file) and the peak RSS (largest process, workers included) on 2 M vs 20 M li
         [--no-rss] [--no-real-mix] [--baseline-src DIR]
 
 ``--baseline-src DIR`` also times an older kvwatch (a directory holding its ``kvwatch/`` package,
-e.g. ``git archive REV kvwatch | tar -x -C DIR``) on the plain log, in the same loop.
+e.g. ``git archive REV kvwatch | tar -x -C DIR``) on the plain log and the real mix, in the same loop.
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def main() -> int:
         analyze += ["--jobs", str(args.jobs)]
     base_env = {**os.environ, "PYTHONPATH": args.baseline_src} if args.baseline_src else None
     base_analyze = [sys.executable, "-m", "kvwatch", *analyze[1:]]
-    t: dict[str, list[float]] = {k: [] for k in ("grep", "grep_mix", "plain", "real_mix", "gz", "pods", "baseline")}
+    keys = ("grep", "grep_mix", "plain", "real_mix", "gz", "pods", "baseline", "baseline_mix")
+    t: dict[str, list[float]] = {k: [] for k in keys}
     for _ in range(args.runs):  # interleaved, so all see the same machine load
         t["grep"].append(_timed(["grep", "-c", "KV cache usage", *logs["plain"]], key="grep"))
         t["plain"].append(_timed([*analyze, *logs["plain"]], key="plain"))
@@ -153,6 +154,8 @@ def main() -> int:
         if not args.no_real_mix:
             t["grep_mix"].append(_timed(["grep", "-c", "KV cache usage", *logs["real_mix"]], key="grep_mix"))
             t["real_mix"].append(_timed([*analyze, *logs["real_mix"]], key="real_mix"))
+            if base_env:
+                t["baseline_mix"].append(_timed([*base_analyze, *logs["real_mix"]], base_env, key="baseline_mix"))
         t["gz"].append(_timed([*analyze, *logs["gz"]], key="gz"))
         t["pods"].append(_timed([*analyze, *logs["pods"]], key="pods"))
     m = {k: statistics.median(v) for k, v in t.items() if v}
@@ -194,6 +197,9 @@ def main() -> int:
         print(f"grep, real-mix 2 M-line log             {m['grep_mix']:7.3f} s")
         mix = ratios["real_mix"]
         print(f"kvwatch analyze, real mix               {m['real_mix']:7.3f} s  {mix:5.2f}x grep (<= 5.0)")
+        if "baseline_mix" in m:
+            base = m["baseline_mix"]
+            print(f"baseline tree, real mix                 {base:7.3f} s  {base / m['grep_mix']:5.2f}x grep")
     print(f"kvwatch analyze, .gz of the 2 M log     {m['gz']:7.3f} s  {ratios['gz_vs_plain']:5.2f}x plain (<= 1.5)")
     print(
         f"kvwatch analyze, 8 pods x 250k lines    {m['pods']:7.3f} s  {ratios['pods_vs_plain']:5.2f}x one file (<= 1.2)"
@@ -204,6 +210,8 @@ def main() -> int:
     )
     if "baseline" in cpu:
         print(f"CPU, this tree / baseline tree on the plain log: {cpu['plain'] / cpu['baseline']:.2f}")
+    if "baseline_mix" in cpu:
+        print(f"CPU, this tree / baseline tree on the real mix: {cpu['real_mix'] / cpu['baseline_mix']:.2f}")
     if rss2 and rss20:
         print(f"peak RSS: {rss2 / 1024:,.1f} MiB on 2 M lines, {rss20 / 1024:,.1f} MiB on 20 M lines")
     print(json.dumps(result))

@@ -522,6 +522,79 @@ def _scan_segment(seg: Segment, lineno: int, out: LineScan, last_segment: bool) 
                     out.records.append(FactRecord(lineno, ts, "capacity.block_size", value))
 
 
+# What a segment says depends on its text, its logger and whether it ends the line; its stamp and
+# line number only label the records. Restarts repeat their messages word for word under new
+# stamps (a crash-looping server prints the same args, engine config and KV cache lines each
+# time; a log of one pod's restarts or of many pods holds thousands of copies), so the reading of
+# each such message is kept and relabelled. Stats segments carry fresh numbers and never repeat:
+# they are read directly. The table is cleared when full and holds no segment longer than
+# _SEGMENT_MEMO_CHARS, so it stays under ~8 MiB whatever the log (the sidecar shares this reader).
+_SEGMENT_MEMO_MAX = 2048
+_SEGMENT_MEMO_CHARS = 4096
+_SegmentReading = tuple[
+    tuple[tuple[type, tuple[Any, ...]], ...],  # each record: its class and its fields after line, ts
+    tuple[tuple[str, int], ...],  # kinds
+    tuple[str, int] | None,  # open_stats without its time
+    bool,  # open_read
+    bool,  # shutdown
+    bool,  # stop_signal
+]
+_segment_memo: dict[tuple[str, str | None, bool], _SegmentReading] = {}
+# Fields after ``line`` and ``ts`` of each record class _scan_segment builds (dataclasses).
+_TAIL_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f for f in cls.__slots__ if f not in ("line", "ts"))
+    for cls in (FactRecord, ErrorRecord, PreemptionRecord, PrefixHitRecord)
+}
+
+
+def _scan_segment_once(seg: Segment, lineno: int, out: LineScan, last_segment: bool) -> None:
+    """``_scan_segment``, reading a message seen before under another stamp from the memo."""
+    text = seg.text
+    if P.STATS_START in text or len(text) > _SEGMENT_MEMO_CHARS:
+        _scan_segment(seg, lineno, out, last_segment)
+        return
+    key = (text, seg.logger, last_segment)
+    reading = _segment_memo.get(key)
+    ts = seg.ts
+    if reading is None:
+        part = LineScan()
+        _scan_segment(seg, lineno, part, last_segment)
+        if len(_segment_memo) >= _SEGMENT_MEMO_MAX:
+            _segment_memo.clear()
+        _segment_memo[key] = (
+            tuple(
+                (type(r), r[2:] if type(r) is StatsRecord else tuple(getattr(r, f) for f in _TAIL_FIELDS[type(r)]))
+                for r in part.records
+            ),
+            tuple(part.kinds),
+            None if part.open_stats is None else part.open_stats[:2],
+            part.open_read,
+            part.shutdown,
+            part.stop_signal,
+        )
+        records = part.records
+        open_stats = part.open_stats
+        kinds: Iterable[tuple[str, int]] = part.kinds
+        open_read, shutdown, stop_signal = part.open_read, part.shutdown, part.stop_signal
+    else:
+        templates, kinds, cut, open_read, shutdown, stop_signal = reading
+        records = [
+            _new_tuple(cls, (lineno, ts, *tail)) if cls is StatsRecord else cls(lineno, ts, *tail)
+            for cls, tail in templates
+        ]
+        open_stats = None if cut is None else (cut[0], cut[1], ts)
+    out.records.extend(records)
+    out.kinds.extend(kinds)
+    if open_stats is not None:
+        out.open_stats = open_stats
+    if open_read:
+        out.open_read = True
+    if shutdown:
+        out.shutdown = True
+    if stop_signal:
+        out.stop_signal = True
+
+
 def _lead_end(text: str) -> int:
     """Where a message under a vLLM header may begin a record (after ``logpatterns.MESSAGE_LEAD``)."""
     m = P.MESSAGE_LEAD.match(text)
@@ -667,7 +740,7 @@ def _scan_general(text: str, lineno: int) -> LineScan:
     out.ts = next((s.ts for s in segments if s.ts is not None), None)
     for i, seg in enumerate(segments):
         # A segment cut short by an echo is no stats record a terminal wrapped: nothing joins it.
-        _scan_segment(seg, lineno, out, i + 1 == len(segments) and not echoed)
+        _scan_segment_once(seg, lineno, out, i + 1 == len(segments) and not echoed)
     if out.process and out.records:
         _tag_engine(out)
     return out

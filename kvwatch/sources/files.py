@@ -44,6 +44,7 @@ from typing import Any, BinaryIO, get_args
 from kvwatch.errors import UsageError
 from kvwatch.parse.log import MAX_WRAP_LINES, LineScan, LogParser, StatsRow, scan_line_compact
 from kvwatch.parse.logpatterns import STATS_START
+from kvwatch.parse.statsbytes import plain_stats_row
 from kvwatch.records import LogRecord, LogTime
 from kvwatch.sources import spool
 from kvwatch.sources.readahead import read_ahead
@@ -156,6 +157,11 @@ def candidate_lines(data: bytes, full: bool = True, lo: int = 0, hi: int | None 
         line += count(b"\n", prev, start)
         prev = start
         end = min(spans[start], start + MAX_LINE_BYTES)
+        # The common V1 stats layout straight from the bytes; any other line decoded and parsed.
+        row = plain_stats_row(data, start, end)
+        if row is not None:
+            candidates.append((line, data[start:end].decode() if line == 0 or line <= open_until else "", row))
+            continue
         text = data[start:end].decode("utf-8", "replace")
         scan = scan_line_compact(text, line + 1)
         # The text travels on only where LogParser may need it: the lines after an open record
