@@ -17,9 +17,11 @@ version), ``install()`` does nothing and typer works as it always does.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any, get_args, get_origin
 
 _NO = object()  # "not a plain value: typer's adapter decides"
@@ -40,6 +42,8 @@ def plain_value(annotation: Any, info: Any, value: Any, ctx: Any) -> Any:
         return _NO
     if annotation is str:
         return value if type(value) is str else _NO
+    if annotation is Path:
+        return _plain_path(info, value)
     if annotation is int or annotation is float:
         if getattr(info, "clamp", False):
             return _NO
@@ -63,6 +67,27 @@ def plain_value(annotation: Any, info: Any, value: Any, ctx: Any) -> Any:
                     return member
         return _NO
     return _NO
+
+
+def _plain_path(info: Any, value: Any) -> Any:
+    """A path as typer 0.2x coerces it (``typer._param_types.coerce_cli_path``) under click's default
+    path options, which check one thing only: an existing path must be readable.
+
+    ``--state-dir`` and ``--model-config`` are such paths; typer's adapter for them alone imported
+    pydantic into every running sidecar that was given one (9 MiB of its resident memory).
+    """
+    options = ("exists", "resolve_path", "allow_dash", "writable")
+    if any(getattr(info, o, True) for o in options) or not (getattr(info, "file_okay", False) and info.dir_okay):
+        return _NO
+    if type(value) is not str or not value or "\0" in value:
+        return _NO  # "" is Path("."), a NUL an error: pydantic's to say
+    try:
+        os.stat(value)
+    except OSError:
+        return Path(value)  # typer does not look further at a path that is not there
+    if getattr(info, "readable", True) and not os.access(value, os.R_OK):
+        return _NO  # typer's message: "... is not readable."
+    return Path(value)
 
 
 def install() -> None:

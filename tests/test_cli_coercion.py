@@ -9,6 +9,7 @@ pydantic, and that a bad value still gets typer's own words.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from enum import StrEnum
@@ -47,6 +48,12 @@ CASES: list[tuple[str, Any, Any, Any]] = [
     ("enum-member", Colour, OptionInfo(), Colour.red),
     ("enum-by-value", Colour, OptionInfo(), "dark-blue"),
     ("list-of-str", list[str], ArgumentInfo(), ("a.log", "b.log.gz", "-")),
+    ("path-absent", Path, OptionInfo(), "/nonexistent/state"),
+    ("path-relative", Path, OptionInfo(), "x.json"),
+    ("path-existing-dir", Path, OptionInfo(), str(FIXTURES)),
+    ("path-existing-file", Path, ArgumentInfo(), str(SCRAPE)),
+    ("path-dash", Path, OptionInfo(), "-"),
+    ("path-tilde", Path, OptionInfo(), "~/models/llama"),
 ]
 
 
@@ -80,7 +87,11 @@ def test_a_plain_value_is_coerced_to_what_typer_s_adapter_gives(annotation: Any,
         (float, OptionInfo(), "inf"),
         (float, OptionInfo(), 5),  # an int for a float: pydantic converts it
         (str, OptionInfo(), b"bytes"),
-        (Path, OptionInfo(), "x.json"),
+        (Path, OptionInfo(), ""),  # Path("."): pydantic's reading
+        (Path, OptionInfo(exists=True), "x.json"),  # a check typer makes
+        (Path, OptionInfo(resolve_path=True), "x.json"),
+        (Path, OptionInfo(dir_okay=False), "x.json"),
+        (Path, OptionInfo(), Path("x.json")),
         (Colour, OptionInfo(case_sensitive=False), "RED"),
         (Colour, OptionInfo(), "dark_blue"),  # a member's name, not its value
         (bool, OptionInfo(), "yes"),
@@ -133,3 +144,33 @@ def test_a_bad_value_still_gets_typer_s_own_message() -> None:
     assert out.stderr.count("\n") == 1  # one line (docs/contracts.md)
     assert "--jobs" in out.stderr
     assert "greater than or equal to 1" in out.stderr  # pydantic's words, through typer's adapter
+
+
+def test_an_existing_path_that_cannot_be_read_goes_to_typer_s_adapter(tmp_path: Path) -> None:
+    locked = tmp_path / "locked.json"
+    locked.write_text("{}")
+    locked.chmod(0)
+    try:
+        if os.access(locked, os.R_OK):  # root reads anything: then typer finds it readable too
+            assert cli_coercion.plain_value(Path, OptionInfo(), str(locked), None) == locked
+        else:
+            assert cli_coercion.plain_value(Path, OptionInfo(), str(locked), None) is cli_coercion._NO
+    finally:
+        locked.chmod(0o600)
+
+
+def test_watch_with_a_state_dir_and_model_config_starts_without_pydantic(tmp_path: Path) -> None:
+    """Kubernetes runs the sidecar with --state-dir (deploy/kubernetes/deployment.yaml)."""
+    probe = (
+        "import functools, sys\n"
+        "from kvwatch.cli import _single\n"
+        "from kvwatch.commands import watch\n"
+        "watch.watch = functools.wraps(watch.watch)(lambda **kw: print(kw['state_dir'], kw['model_config']))\n"
+        "_single('watch')(args=sys.argv[1:], prog_name='kvwatch', standalone_mode=False)\n"
+        "print('pydantic' in sys.modules)\n"
+    )
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    args = ["watch", "--log", "x.log", "--state-dir", str(tmp_path), "--model-config", str(config)]
+    out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines() == [f"{tmp_path} {config}", "False"]

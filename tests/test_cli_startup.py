@@ -80,8 +80,8 @@ _PROBE_HEAVY = _PROBE.replace(
         (["--help"], []),
         # the napkin math of a given pool: no log records, no config.json weights, no HTTP, no validation library
         (["capacity", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-gib", "5"], []),
-        # a saved file: prometheus_client's parser and the records it fills, no HTTP client (only URLs need it)
-        (["snapshot", str(SCRAPE)], ["kvwatch.records", "prometheus_client"]),
+        # a saved file: the records it fills; no prometheus_client (kvwatch.parse.textformat), no HTTP client
+        (["snapshot", str(SCRAPE)], ["kvwatch.records"]),
     ],
     ids=["help", "capacity", "snapshot-of-a-saved-file"],
 )

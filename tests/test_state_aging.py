@@ -114,4 +114,3 @@ def test_many_model_names_on_one_engine_keep_one_footprint_sample_per_scrape() -
         snap = MetricsSnapshot(engines=tuple(EngineSample(n, "0", running=1.0) for n in names))
         state.on_scrape(snap, t)
     assert len(state.engines["0"].footprint) == 3
-    assert state.engines["0"].footprint[-1][1].model_name == "model-499"

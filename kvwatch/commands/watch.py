@@ -1,6 +1,7 @@
 """``kvwatch watch`` (tail + scrape + reconcile + export) and ``kvwatch run`` (wrapper mode).
 
-Flags and ``KVWATCH_*`` variables land in one ``WatchSettings`` (kvwatch.settings); this module
+Flags and ``KVWATCH_*`` variables land in one ``WatchSettings`` (kvwatch.settings.load_settings,
+which imports pydantic only for input it does not read itself); this module
 builds the sources, the parser and the expectation from them and hands them to
 ``kvwatch.sidecar.Sidecar``.
 """
@@ -15,12 +16,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
 from kvwatch import cli_options as opt
 from kvwatch.errors import UsageError
 from kvwatch.reconcile.saturation import DEFAULT_THRESHOLD, DEFAULT_WINDOW_SECONDS
-from kvwatch.settings import WatchSettings, env_name
+from kvwatch.settings import WatchSettings, env_name, load_settings
 
 
 def _opt(field: str, help_text: str, *flags: str, **kw: Any) -> Any:
@@ -81,12 +81,7 @@ def _settings(**flags: Any) -> WatchSettings:
         flags["model_config_path"] = flags.pop("model_config")
     # Unset flags (None, or a boolean flag left off) leave the field to KVWATCH_* or the default.
     given = {k: v for k, v in flags.items() if v is not None and v is not False}
-    try:
-        return WatchSettings(**given)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
-        raise UsageError(f"{where}: {first.get('msg', 'invalid')}".replace("Value error, ", "")) from None
+    return load_settings(given)
 
 
 def watch(

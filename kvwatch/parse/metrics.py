@@ -4,7 +4,8 @@ This module owns the parser: samples grouped into engines by the name table of
 ``kvwatch.parse.metricnames`` (old and new names side by side, names deliberately ignored), the
 repair of expositions damaged by pasting, and the typing of ``vllm:cache_config_info`` labels.
 
-The text is read with ``prometheus_client.parser.text_string_to_metric_families``. That parser
+The text is read with ``prometheus_client.parser.text_string_to_metric_families`` (the plain text
+a server writes by kvwatch.parse.textformat, to the same result, without importing it). That parser
 gives up on the first bad line, so damage a paste leaves behind is repaired first (see
 :func:`repair_exposition`) and, when the parser still fails, the text is checked line by line so
 one bad line costs that line only. Lines that cannot be read unambiguously are counted and
@@ -20,8 +21,6 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
 
 # The vocabulary (which vLLM series kvwatch reads, under which names, since when and why) is
 # kvwatch.parse.metricnames; its names are re-exported here for older imports.
@@ -44,6 +43,7 @@ from kvwatch.parse.paste import (
     repair_exposition,
     repaired_line,
 )
+from kvwatch.parse.textformat import read_families, refuses
 from kvwatch.records import EngineSample, HistogramSummary, MetricsSnapshot
 
 # --------------------------------------------------------------------------------------------
@@ -163,10 +163,19 @@ def _read_samples(text: str) -> tuple[list[Sample], set[str], list[tuple[int, st
 def _parse_block(text: str) -> tuple[list[Sample], set[str]]:
     samples: list[Sample] = []
     declared: set[str] = set()
-    for family in text_string_to_metric_families(text + "\n"):
-        declared.add(family.name)
-        for s in family.samples:
-            samples.append(Sample(s.name, dict(s.labels), float(s.value)))
+    families = read_families(text)
+    if families is None and refuses(text):  # what prometheus_client's parser would raise on
+        raise ValueError("a line no exposition holds")
+    if families is None:  # not the plain text servers write: prometheus_client's parser decides
+        from prometheus_client.parser import text_string_to_metric_families
+
+        families = [
+            (f.name, [(s.name, dict(s.labels), float(s.value)) for s in f.samples])
+            for f in text_string_to_metric_families(text + "\n")
+        ]
+    for family_name, family_samples in families:
+        declared.add(family_name)
+        samples.extend(Sample(name, labels, value) for name, labels, value in family_samples)
     # HELP/TYPE names as written (the parser strips "_total" off counter family names)
     for line in text.split("\n"):
         if line.startswith("# HELP ") or line.startswith("# TYPE "):

@@ -11,11 +11,11 @@ could not restore. Typography shared with the log reader is undone by the same t
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass
 
 from kvwatch.parse.metricnames import split_prefix
+from kvwatch.parse.textformat import read_families, refuses
 
 _METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _BLOCKQUOTE = re.compile(r"^(?:>\s?)+")  # GitHub/Markdown quote markers, possibly nested
@@ -148,6 +148,8 @@ def _plain_forms(line: str) -> list[str]:
     """``line`` with paste typography undone, then also JSON (``\\"``) or HTML (``&quot;``)
     escaping, each a candidate only when it differs from the line."""
     straight = line.translate(_TYPOGRAPHY)
+    import html  # local: only a line that does not read gets here (html.entities: ~1.4 ms of snapshot's start-up)
+
     forms = [straight, straight.replace('\\"', '"'), html.unescape(straight)]
     return [f for i, f in enumerate(forms) if f != line and f not in forms[:i]]
 
@@ -221,17 +223,22 @@ def _unelide(line: str) -> str | None:
 
 def line_problem(line: str) -> str | None:
     """Why one line cannot be read on its own, or None when it can."""
-    # local: the log reader imports this module for WEB_SPACES, and prometheus_client's package
-    # import (its HTTP exposition, http.server, ssl) is a fifth of `kvwatch analyze`'s start-up
-    from prometheus_client.parser import text_string_to_metric_families
+    if read_families(line) is not None:
+        return None  # the plain form, read as prometheus_client reads it (kvwatch.parse.textformat)
+    if not refuses(line):
+        # local: the log reader imports this module for WEB_SPACES, and prometheus_client's package
+        # import (its HTTP exposition, http.server, ssl) is a fifth of `kvwatch analyze`'s start-up
+        from prometheus_client.parser import text_string_to_metric_families
 
-    try:
-        list(text_string_to_metric_families(line + "\n"))
-    except Exception:  # see _read_samples
-        name = _NAME_START.match(line)
-        if line.startswith("#"):
-            return "malformed HELP/TYPE line"
-        if name and split_prefix(name.group(1)) is not None:
-            return f"unreadable sample of {name.group(1)} (damaged labels or value)"
-        return "not an exposition line"
-    return None
+        try:
+            list(text_string_to_metric_families(line + "\n"))
+        except Exception:  # see _read_samples
+            pass
+        else:
+            return None
+    name = _NAME_START.match(line)
+    if line.startswith("#"):
+        return "malformed HELP/TYPE line"
+    if name and split_prefix(name.group(1)) is not None:
+        return f"unreadable sample of {name.group(1)} (damaged labels or value)"
+    return "not an exposition line"

@@ -32,6 +32,7 @@ from kvwatch.reconcile.saturation import (
     SaturationJudge,
 )
 from kvwatch.reconcile.simulate.calibrate import EvidencePoint, evidence_point
+from kvwatch.reconcile.window import RequestSizeWindow
 from kvwatch.records import (
     EngineSample,
     ErrorRecord,
@@ -190,7 +191,7 @@ class _Engine:
     preempt_metrics: _Counter = field(default_factory=_Counter)
     preempt_log: _Counter = field(default_factory=_Counter)
     pending_preemptions: float = 0.0
-    footprint: deque[tuple[float, EngineSample]] = field(default_factory=deque)
+    footprint: RequestSizeWindow = field(default_factory=lambda: RequestSizeWindow(FOOTPRINT_WINDOW_SECONDS))
     missed_scrapes: int = 0  # successful scrapes in a row that did not report this engine
     # The window's scrapes as the simulator's calibration reads them (only from a reader that
     # times the run, and only for a scrape of one engine: the timing counters are server-wide).
@@ -289,16 +290,11 @@ class LiveState:
             self._track_scrape(eng, sample, now, (eng.preempt_metrics.total or 0.0) - (before or 0.0))
             eng.scrape, eng.scrape_at = sample, now
             eng.missed_scrapes = 0
-            if eng.footprint and eng.footprint[-1][0] == now:
-                # Several (model_name, engine) pairs of one scrape land on one engine: keep one per
-                # scrape, the one eng.scrape holds. Keeping all of them kept every sample of a huge
-                # answer for the 10-minute window, pinning the memory its parse had used (215 MiB
-                # after one 29 MB scrape of 863 model names; benchmarks/scrape_memory.py).
-                eng.footprint[-1] = (now, sample)
-            else:
-                eng.footprint.append((now, sample))
-            while eng.footprint and now - eng.footprint[0][0] > FOOTPRINT_WINDOW_SECONDS:
-                eng.footprint.popleft()
+            # Several (model_name, engine) pairs of one scrape land on one engine: one is kept per
+            # scrape, the one eng.scrape holds. Keeping all of them kept every sample of a huge
+            # answer for the 10-minute window, pinning the memory its parse had used (215 MiB
+            # after one 29 MB scrape of 863 model names; benchmarks/scrape_memory.py).
+            eng.footprint.add(now, sample)
             self._keep_evidence(eng, snapshot, sample, now)
             events += self._judge(eng, now)
         events += self._expire_engines({s.engine or "0" for s in snapshot.engines}, now)
