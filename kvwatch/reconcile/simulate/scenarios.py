@@ -169,33 +169,20 @@ def lever_scenarios(
             half = engine.max_model_len // 2
             eng = replace(engine, max_model_len=half)
             changes = {"max_model_len": half}
-            if workload.prompt_tokens + workload.output_tokens > half:
-                out.append(
-                    Scenario(
-                        name,
-                        changes,
-                        None,
-                        ceiling,
-                        f"requests of {workload.prompt_tokens + workload.output_tokens:,} tokens exceed {half:,}: "
-                        "vLLM would refuse every one",
-                    )
-                )
-                continue
+            # vLLM 0.32.0 refuses a prompt longer than max_model_len (vllm/renderers/params.py
+            # _token_len_check: len(tokens) > max_input_tokens, which is max_model_len); the engine
+            # would hold such a draw to the limit instead and replay requests the real server never runs.
             refused = workload.prompt_dist.share_at_least(half + 1) if workload.prompt_dist else 0.0
-            if refused > 0:
-                # vLLM 0.32.0 refuses a prompt longer than max_model_len (vllm/renderers/params.py
-                # _token_len_check: len(tokens) > max_input_tokens, which is max_model_len); the
-                # engine would hold such a draw to the limit instead and replay requests the real
-                # server never runs.
-                out.append(
-                    Scenario(
-                        name,
-                        changes,
-                        None,
-                        ceiling,
-                        f"{refused:.0%} of the prompts drawn are longer than {half:,} tokens: vLLM would refuse them",
-                    )
+            refusal = None
+            if workload.prompt_tokens + workload.output_tokens > half:
+                refusal = (
+                    f"requests of {workload.prompt_tokens + workload.output_tokens:,} tokens exceed {half:,}: "
+                    "vLLM would refuse every one"
                 )
+            elif refused > 0:
+                refusal = f"{refused:.0%} of the prompts drawn are longer than {half:,} tokens: vLLM would refuse them"
+            if refusal is not None:
+                out.append(Scenario(name, changes, None, ceiling, refusal))
                 continue
             note = "changes only vLLM's startup ratio: admission and allocation read each request's own length"
         else:
