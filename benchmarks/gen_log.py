@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import random
+from pathlib import Path
 
 WORDS = tuple(
     " ".join(
@@ -125,6 +126,16 @@ def generate(path: str, lines: int, seed: int = 7) -> None:
                 out.clear()
         if out:
             fh.write("\n".join(out) + "\n")
+
+
+# One uvicorn access line: what fills a real server's log between vLLM's own records.
+ACCESS_FILLER = '(APIServer pid=1) INFO:     10.0.0.{n}:4242 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+
+
+def real_logs(repo: Path) -> list[bytes]:
+    """Every real log under tests/fixtures/real*/logs, in name order, each ending in one newline."""
+    paths = sorted(p for d in ("real", "real-extra") for p in (repo / "tests/fixtures" / d / "logs").glob("*"))
+    return [p.read_bytes().rstrip(b"\n") + b"\n" for p in paths if p.is_file()]
 
 
 def main() -> None:

@@ -26,19 +26,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kvwatch.batch import analyze_paths  # noqa: E402  (benchmarks/ is not a package)
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from gen_log import ACCESS_FILLER as FILLER  # noqa: E402  (benchmarks/ is not a package)
+from gen_log import real_logs  # noqa: E402
+
+from kvwatch.batch import analyze_paths  # noqa: E402
 
 KVWATCH = str(Path(sys.executable).with_name("kvwatch"))
-FILLER = '(APIServer pid=1) INFO:     10.0.0.{n}:4242 - "POST /v1/completions HTTP/1.1" 200 OK\n'
 
 
 def _one_set(rng: random.Random) -> bytes:
-    logs = sorted(p for d in ("real", "real-extra") for p in (REPO / "tests/fixtures" / d / "logs").glob("*"))
     out: list[bytes] = []
-    for p in logs:
-        if p.is_file():
-            out.append(p.read_bytes().rstrip(b"\n") + b"\n")
-            out.append("".join(FILLER.format(n=rng.randint(1, 254)) for _ in range(rng.randint(300, 3000))).encode())
+    for log in real_logs(REPO):
+        out.append(log)
+        out.append("".join(FILLER.format(n=rng.randint(1, 254)) for _ in range(rng.randint(300, 3000))).encode())
     return b"".join(out)
 
 
