@@ -36,21 +36,26 @@ app = typer.Typer(
 
 
 def _print_version(value: bool) -> None:
-    """``kvwatch --version``: the version and which log scanner this install runs (see
-    kvwatch.sources.scanner: the compiled one, or the pure-Python fallback)."""
+    """``kvwatch --version``: the version, which log scanner this install runs (see
+    kvwatch.sources.scanner: the compiled one, or the pure-Python fallback) and which inflater
+    reads .gz logs (kvwatch.sources.inflate: ISA-L, or zlib)."""
     if not value:
         return
     from kvwatch import __version__
-    from kvwatch.sources import scanner
+    from kvwatch.sources import inflate, scanner
 
-    print(f"kvwatch {__version__} (log scanner: {scanner.name()})")
+    print(f"kvwatch {__version__} (log scanner: {scanner.name()}; gzip: {inflate.name()})")
     raise typer.Exit()
 
 
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_print_version, is_eager=True, help="Print the version and the log scanner."
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version, the log scanner and the gzip inflater.",
     ),
 ) -> None:
     pass

@@ -37,7 +37,7 @@ def test_the_version_names_the_scanner_in_use() -> None:
         [sys.executable, "-m", "kvwatch", "--version"], capture_output=True, text=True, check=True
     ).stdout
     assert out.startswith("kvwatch ")
-    assert f"(log scanner: {scanner.name()})" in out
+    assert f"(log scanner: {scanner.name()};" in out
     forced = subprocess.run(
         [sys.executable, "-m", "kvwatch", "--version"],
         capture_output=True,
@@ -45,7 +45,7 @@ def test_the_version_names_the_scanner_in_use() -> None:
         check=True,
         env={**os.environ, scanner.ENV_VAR: "python"},
     ).stdout
-    assert "(log scanner: python)" in forced
+    assert "(log scanner: python;" in forced
 
 
 @pytest.mark.skipif(not HAS_HYPERSCAN, reason="hyperscan not installed here: the python path is the only one")

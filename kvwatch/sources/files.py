@@ -16,22 +16,20 @@ whole lines, and only *candidate* physical lines are decoded and parsed:
 
 Candidates go through the one ``LogParser`` in order, with their true line numbers. A large plain
 file, or many files, are cut into chunk-sized byte ranges scanned (and parsed) by one pool of
-worker processes; a .gz is inflated by a reader thread (zlib releases the GIL) while the pieces
-before are scanned, by the workers when it is large (the pieces reach them as short-lived files,
-kvwatch.sources.spool). Results come back in input order, so the
-outcome is the same as a serial read (tests compare them). Memory is bounded by the chunk size
-times the ranges in flight, never by the input size.
+worker processes; a .gz is inflated by a reader thread (kvwatch.sources.inflate: ISA-L where it
+is installed, else zlib; both release the GIL) while the pieces before are scanned, by the workers
+when it is large (the pieces reach them as short-lived files, kvwatch.sources.spool). Results come
+back in input order, so the outcome is the same as a serial read (tests compare them). Memory is
+bounded by the chunk size times the ranges in flight, never by the input size.
 """
 
 from __future__ import annotations
 
 import codecs
 import gc
-import gzip
 import os
 import stat
 import sys
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,7 +44,7 @@ from kvwatch.parse.log import MAX_WRAP_LINES, LineScan, LogParser, StatsRow, sca
 from kvwatch.parse.logpatterns import STATS_START
 from kvwatch.parse.statsbytes import plain_stats_row
 from kvwatch.records import LogRecord, LogTime
-from kvwatch.sources import spool
+from kvwatch.sources import inflate, spool
 from kvwatch.sources.readahead import read_ahead
 from kvwatch.sources.scanner import find_lines, line_spans
 
@@ -327,7 +325,7 @@ def _open(path: str) -> BinaryIO:
     try:
         storage = _storage(path)
         if storage == "gzip":
-            return gzip.open(path, "rb")  # type: ignore[return-value]
+            return inflate.open_gzip(path)
         if storage == "utf-16":  # re-encoded as UTF-8 on the way in: the reader sees what vLLM wrote
             return codecs.EncodedFile(open(path, "rb"), "utf-8", "utf-16", errors="replace")
         return open(path, "rb")
@@ -389,7 +387,7 @@ def _scans(path: str, jobs: int, pool: Any = None) -> Iterator[ChunkScan]:
     fh = _open(path)
     try:
         if storage == "gzip":
-            # Decompression (zlib releases the GIL) runs in a reader thread while this one scans;
+            # Decompression (the inflater releases the GIL) runs in a reader thread while this one scans;
             # with workers, they scan the decompressed pieces while this process inflates, and
             # the pieces reach them as files the reader thread writes (kvwatch.sources.spool).
             if pool is not None or (jobs > 1 and size >= PARALLEL_MIN_BYTES // 8):  # ~PARALLEL_MIN_BYTES of text
@@ -399,7 +397,7 @@ def _scans(path: str, jobs: int, pool: Any = None) -> Iterator[ChunkScan]:
             return
         for data, lo, hi in _pieces(fh):
             yield candidate_lines(data, True, lo, hi)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+    except inflate.errors() as exc:
         raise UsageError(
             f"{path}: damaged or truncated gzip ({exc}); re-copy the file or gunzip what is readable"
         ) from None
