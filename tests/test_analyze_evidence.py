@@ -297,3 +297,29 @@ def test_every_real_scrape_analyzes_without_a_traceback(path: Path, capsys: pyte
         doc = json.loads(out)
         assert doc["evidence"]["scrapes"] == 1
         assert doc["evidence"]["metrics_samples"] >= 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vllm\u200b:num_requests_running 3\n",  # a zero-width space a chat app put inside the name
+        "vllm&#58;num_requests_running 3\nvllm&#58;num_requests_waiting 0\n",  # HTML-escaped colon
+        "> vllm:num_requests_running 3\n",
+        "ray_vllm_num_requests_running 1\n",
+    ],
+)
+def test_the_quick_refusal_never_refuses_what_repair_would_read(text: str) -> None:
+    # looks_like_exposition refuses at once a text holding no mark of a vLLM name; these hold one,
+    # so the whole repair decides, and agrees with the full reading.
+    from kvwatch.parse.scrapes import _reads_as_exposition, looks_like_exposition
+
+    assert looks_like_exposition(text) == _reads_as_exposition(text)
+
+
+def test_the_quick_refusal_agrees_with_the_full_reading_on_every_real_input() -> None:
+    from kvwatch.parse.scrapes import _reads_as_exposition, looks_like_exposition
+    from kvwatch.sources.saved_scrapes import read_head
+
+    heads = [h for p in (*REAL_LOGS, *REAL_SCRAPES) if (h := read_head(str(p))) is not None]
+    assert len(heads) > 100
+    assert [looks_like_exposition(h) for h in heads] == [_reads_as_exposition(h) for h in heads]
