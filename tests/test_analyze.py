@@ -312,13 +312,18 @@ def test_progress_bar_only_on_a_terminal_and_never_on_stdout(
     from kvwatch.commands import analyze as command
 
     calls: list[int] = []
-    real = command.analyze_paths
+    advanced: list[int] = []
+    real = command.started_logs
 
-    def spy(paths: list[str], **kw: Any) -> dict[str, Any]:
-        calls.append(1 if kw.get("progress") else 0)
+    def spy(paths: list[str], **kw: Any) -> Any:
+        # the logs are started (their workers forked) with the bar's callback, or without one
+        progress = kw.get("progress")
+        calls.append(1 if progress else 0)
+        if progress:
+            kw["progress"] = lambda n: (advanced.append(n), progress(n))
         return real(paths, **kw)
 
-    monkeypatch.setattr(command, "analyze_paths", spy)
+    monkeypatch.setattr(command, "started_logs", spy)
     monkeypatch.setattr(command, "PROGRESS_MIN_BYTES", 0)
     code, out, _ = run(["analyze", "--format", "json", str(SEED_LOG)], capsys)  # piped: no bar
     assert code == 0
@@ -327,6 +332,7 @@ def test_progress_bar_only_on_a_terminal_and_never_on_stdout(
     code, tty_out, _ = run(["analyze", "--format", "json", str(SEED_LOG)], capsys)
     assert code == 0
     assert calls == [0, 1]
+    assert sum(advanced) == SEED_LOG.stat().st_size  # the bar saw every byte read
     assert json.loads(tty_out) == json.loads(out)  # the bar never mixes into the document
 
 

@@ -6,6 +6,7 @@ cost 0.2-0.3 s of every start-up; the figures are in benchmarks/startup_speed.py
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from kvwatch import cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SCRAPE = FIXTURES / "real" / "metrics" / "106-v033-cache-config-info-curl.prom"
+BIGGEST_REAL_LOG = "022-v1-xpu-kv-cache-memory-bytes-fail.log"  # the largest real log: workers at a 1-byte threshold
 
 _PROBE = """
 import contextlib, io, sys
@@ -131,3 +133,41 @@ def test_the_overview_parses_only_each_commands_function(monkeypatch: pytest.Mon
         assert len(parsed) == 1
         assert f"def {attr}(" in parsed[0]
         assert len(parsed[0]) < len(whole)
+
+
+# `kvwatch analyze` on a log big enough for workers: what the parent had imported when they forked,
+# and whether the document is the one a serial read gives. The size threshold is lowered so that a
+# real fixture log is "big".
+_EARLY_FORK = """
+import contextlib, io, json, sys
+from kvwatch.sources import files
+files.PARALLEL_MIN_BYTES = 1
+real_pool = files._pool
+seen = []
+def pool(jobs):
+    seen.append(sorted(m for m in sys.modules if m.startswith("kvwatch.reconcile")))
+    return real_pool(jobs)
+files._pool = pool
+from kvwatch.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        main(["analyze", "--format", "json", "--jobs", "2", sys.argv[1]])
+    except SystemExit as exc:
+        assert not exc.code, exc.code
+print(json.dumps({"reconcile_at_fork": seen, "doc": json.loads(out.getvalue())}))
+"""
+
+
+def test_analyze_forks_its_workers_before_it_imports_the_reconcile_stack() -> None:
+    # The workers scan the log's first ranges while the parent imports what folds and explains
+    # the records (~0.1 s): with them forked after, a big log's analyze paid both in turn.
+    log = FIXTURES / "real" / "logs" / BIGGEST_REAL_LOG
+    out = subprocess.run([sys.executable, "-c", _EARLY_FORK, str(log)], capture_output=True, text=True, check=True)
+    probe = json.loads(out.stdout)
+    assert probe["reconcile_at_fork"] == [[]]  # one pool, forked with nothing of kvwatch.reconcile loaded
+    from kvwatch.batch import analyze_paths
+
+    serial = analyze_paths([str(log)], jobs=1)
+    assert probe["doc"] == serial
+    assert serial["records_total"] > 0

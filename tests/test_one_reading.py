@@ -30,7 +30,6 @@ from typing import Any
 
 import pytest
 
-from kvwatch import batch
 from kvwatch.batch import analyze_paths
 from kvwatch.errors import UsageError
 from kvwatch.parse.log import SHUTDOWN_NEAR_LINES, LogParser
@@ -47,12 +46,14 @@ COUNTED = (RunStartRecord, ErrorRecord, StatsRecord)  # what the acceptance coun
 def _years_from_the_lines_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The property is about the lines: a year taken from a file's modification time belongs to the
     file, not to its lines (stdin and the pieces' temp files have none or another), so it is left out."""
-    real = batch.infer_years
+    from kvwatch.reconcile import evidence  # batch imports infer_years from here when it runs
+
+    real = evidence.infer_years
 
     def lines_only(doc: dict[str, Any], *, created: float | None, log_mtime: float | None) -> None:
         real(doc, created=created, log_mtime=None)
 
-    monkeypatch.setattr(batch, "infer_years", lines_only)
+    monkeypatch.setattr(evidence, "infer_years", lines_only)
 
 
 def _records(path: Path | str, jobs: int = 1) -> list[LogRecord]:

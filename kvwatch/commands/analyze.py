@@ -12,17 +12,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from kvwatch import cli_options as opt
-from kvwatch.batch import analyze_paths
+from kvwatch.batch import split_inputs
 from kvwatch.commands.history import engine_history, prometheus_query
 from kvwatch.errors import UsageError
-from kvwatch.export.report import render_markdown, render_text
-from kvwatch.reconcile.evidence import EngineTimeline
+from kvwatch.sources.files import LogInput, started_logs
+
+if TYPE_CHECKING:
+    from kvwatch.reconcile.evidence import EngineTimeline
 
 PROGRESS_MIN_BYTES = 64 << 20  # smaller inputs finish before a bar is worth drawing
 
@@ -63,18 +67,22 @@ def analyze(
     if not paths and not prometheus_flags.get("prometheus"):
         raise UsageError("give saved logs or scrapes (PATH...) or --prometheus URL")
     query = prometheus_query(**prometheus_flags)
-    history = engine_history(query) if query is not None else None
     if model_config and model:
         raise UsageError("give --model-config FILE or --model NAME, not both")
     if model_config and not os.path.isfile(model_config):
         raise UsageError(f"{model_config}: no such file; --model-config takes the model's config.json")
-    doc = _run(paths, model_config or model, jobs, history)
+    log_paths, _scrapes = split_inputs(paths)
+    with _progress(log_paths) as progress, started_logs(log_paths, jobs=jobs, progress=progress) as logs:
+        # The workers scan the logs' first ranges from here on, while this process asks Prometheus
+        # and imports what folds and explains the records (kvwatch.batch: the reconcile stack).
+        history = engine_history(query) if query is not None else None
+        doc = _run(paths, logs, model_config or model, jobs, history)
     if output_format is OutputFormat.json:
         text = json.dumps(doc, indent=2)
-    elif output_format is OutputFormat.markdown:
-        text = render_markdown(doc)
     else:
-        text = render_text(doc)
+        from kvwatch.export.report import render_markdown, render_text
+
+        text = render_markdown(doc) if output_format is OutputFormat.markdown else render_text(doc)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
     if doc["records_total"] == 0 and doc["evidence"]["scrapes"] and not doc["evidence"]["metrics_samples"]:
@@ -97,23 +105,13 @@ def analyze(
 opt.share_options(analyze, prometheus_query)
 
 
-def _run(
-    paths: list[str],
-    model: str | None,
-    jobs: int | None,
-    history: tuple[list[EngineTimeline], dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    timelines, prometheus = history if history is not None else (None, None)
-    configs = prometheus.pop("cache_configs", None) if prometheus else None
-    total = 0
-    for p in paths:
-        if p != "-" and os.path.isfile(p):
-            total += os.path.getsize(p)
-    show = sys.stderr.isatty() and sys.stdout.isatty() and total >= PROGRESS_MIN_BYTES
-    if not show:
-        return analyze_paths(
-            paths, model=model, jobs=jobs, timelines=timelines, prometheus=prometheus, cache_configs=configs
-        )
+@contextmanager
+def _progress(log_paths: list[str]) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on stderr for large inputs when both ends are a terminal, else None."""
+    total = sum(os.path.getsize(p) for p in log_paths if p != "-" and os.path.isfile(p))
+    if not (sys.stderr.isatty() and sys.stdout.isatty() and total >= PROGRESS_MIN_BYTES):
+        yield None
+        return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
@@ -126,12 +124,20 @@ def _run(
         transient=True,
     ) as bar:
         task = bar.add_task("reading logs", total=total)
-        return analyze_paths(
-            paths,
-            model=model,
-            jobs=jobs,
-            progress=lambda n: bar.advance(task, n),
-            timelines=timelines,
-            prometheus=prometheus,
-            cache_configs=configs,
-        )
+        yield lambda n: bar.advance(task, n)
+
+
+def _run(
+    paths: list[str],
+    logs: Iterator[LogInput],
+    model: str | None,
+    jobs: int | None,
+    history: tuple[list[EngineTimeline], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    from kvwatch.batch import analyze_paths  # (imports the reconcile stack)
+
+    timelines, prometheus = history if history is not None else (None, None)
+    configs = prometheus.pop("cache_configs", None) if prometheus else None
+    return analyze_paths(
+        paths, model=model, jobs=jobs, timelines=timelines, prometheus=prometheus, cache_configs=configs, logs=logs
+    )

@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvwatch import cli_options as opt
 from kvwatch.errors import UsageError
-from kvwatch.reconcile.evidence import EngineTimeline, TimedSample, iso_utc
+
+if TYPE_CHECKING:
+    from kvwatch.reconcile.evidence import EngineTimeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,7 @@ def engine_history(query: PrometheusQuery) -> tuple[list[EngineTimeline], dict[s
     from kvwatch.parse.metricnames import PREFIXES
     from kvwatch.parse.metrics import type_cache_config
     from kvwatch.parse.series import engine_samples, query_names
+    from kvwatch.reconcile.evidence import EngineTimeline, TimedSample, iso_utc
     from kvwatch.sources.prometheus import (
         PrometheusClient,
         parse_duration,
