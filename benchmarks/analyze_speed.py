@@ -41,7 +41,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from gen_log import ACCESS_FILLER, generate, real_logs  # noqa: E402  (benchmarks/ is not a package)
+from bytecode import describe, timed_env  # noqa: E402  (benchmarks/ is not a package)
+from gen_log import ACCESS_FILLER, generate, real_logs  # noqa: E402
 
 KVWATCH = [str(Path(sys.executable).with_name("kvwatch"))]
 REPO = HERE.parent
@@ -63,6 +64,9 @@ def _cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+ENV: dict[str, str] = {}  # the timed processes' environment (bytecode.timed_env), set by main()
+
+
 def _timed(cmd: list[str], env: dict[str, str] | None = None, key: str | None = None) -> float:
     # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when its output is
     # /dev/null, which would time nothing.
@@ -70,7 +74,7 @@ def _timed(cmd: list[str], env: dict[str, str] | None = None, key: str | None = 
     t0 = time.perf_counter()
     # cwd: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH; run from
     # the repository, the baseline would import this tree's kvwatch.
-    subprocess.run(cmd, stdout=subprocess.PIPE, check=True, env=env, cwd=tempfile.gettempdir())
+    subprocess.run(cmd, stdout=subprocess.PIPE, check=True, env=env or ENV or None, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - t0
     if key is not None:
         # On a loaded machine wall time measures the load; CPU time (the workers are reaped by
@@ -81,7 +85,9 @@ def _timed(cmd: list[str], env: dict[str, str] | None = None, key: str | None = 
 
 def _peak_rss_kib(cmd: list[str]) -> int:
     """Peak RSS (KiB) of the largest process ``cmd`` ran, measured in a fresh wrapper process."""
-    out = subprocess.run([sys.executable, "-c", _RSS_WRAPPER, *cmd], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_WRAPPER, *cmd], capture_output=True, text=True, check=True, env=ENV or None
+    )
     rss, rc = out.stdout.split()
     if rc != "0":
         raise SystemExit(f"{cmd} exited {rc}")
@@ -160,18 +166,23 @@ def main() -> int:
     ap.add_argument("--no-real-mix", action="store_true", help="skip the real-mix log")
     ap.add_argument("--dense-mix", action="store_true", help="also time the dense mix (about a minute per run)")
     ap.add_argument("--baseline-src", default=None, help="an older kvwatch source tree to time beside")
+    ap.add_argument("--no-bytecode", action="store_true", help="keep PYTHONDONTWRITEBYTECODE if it is set")
     args = ap.parse_args()
+    ENV.update(timed_env(keep=args.no_bytecode))
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
     logs = _build(d, big_log=not args.no_rss, dense=args.dense_mix)
     analyze = [*KVWATCH, "analyze", "--format", "json"]
     if args.jobs:
         analyze += ["--jobs", str(args.jobs)]
-    base_env = {**os.environ, "PYTHONPATH": args.baseline_src} if args.baseline_src else None
+    base_env = {**ENV, "PYTHONPATH": args.baseline_src} if args.baseline_src else None
     base_analyze = [sys.executable, "-m", "kvwatch", *analyze[1:]]
     keys = ("grep", "grep_mix", "grep_dense", "plain", "real_mix", "dense_mix", "gz", "pods")
     keys += ("baseline", "baseline_mix", "baseline_dense")
     t: dict[str, list[float]] = {k: [] for k in keys}
+    _timed([*analyze, *logs["real_mix"]])  # warm-up: the .pyc files (and the page cache)
+    if base_env:
+        _timed([*base_analyze, *logs["real_mix"]], base_env)
     for _ in range(args.runs):  # interleaved, so all see the same machine load
         t["grep"].append(_timed(["grep", "-c", "KV cache usage", *logs["plain"]], key="grep"))
         t["plain"].append(_timed([*analyze, *logs["plain"]], key="plain"))
@@ -218,8 +229,10 @@ def main() -> int:
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "version": scanner,
+        "bytecode": "PYTHONDONTWRITEBYTECODE" not in ENV,
     }
-    print(f"{scanner}; median of {args.runs} runs; load average {os.getloadavg()[0]:.1f} on {result['cpus']} CPUs")
+    heading = f"{scanner}; median of {args.runs} runs; load average {os.getloadavg()[0]:.1f} on {result['cpus']} CPUs"
+    print(f"{heading}; {describe(ENV)}")
     print(f"grep -c 'KV cache usage', 2 M-line log   {m['grep']:7.3f} s")
     print(f"kvwatch analyze, same log               {m['plain']:7.3f} s  {ratios['plain']:5.2f}x grep (<= 3.0)")
     if "baseline" in m:

@@ -9,26 +9,24 @@ the same machine load; the interpreter's own start-up (``python -c pass``) is th
 ``--baseline-src DIR`` also times an older kvwatch (a directory holding its ``kvwatch/`` package,
 e.g. ``git archive REV kvwatch | tar -x -C DIR``) run as ``python -m kvwatch`` in the same loop.
 
-Bytecode: an installed kvwatch runs from .pyc files (pip compiles them at install). With
-PYTHONDONTWRITEBYTECODE set in the environment (as on some CI and sandbox images), every run would
-compile each kvwatch module from source again, ~25 ms that no user pays. So the timed processes get
-PYTHONPYCACHEPREFIX, a fresh temporary directory filled by the warm-up run, and never that
-variable; neither source tree is written to. ``--no-bytecode`` times the environment as it is.
+Bytecode: the timed processes load kvwatch from .pyc files, as installed (benchmarks/bytecode.py);
+``--no-bytecode`` times the environment as it is.
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bytecode import describe, timed_env
 
 REPO = Path(__file__).resolve().parent.parent
 # `python -m kvwatch`: the console script's own imports, and the same shape as the baseline's run.
@@ -59,11 +57,7 @@ def main() -> int:
     ap.add_argument("--baseline-src", default=None, help="an older kvwatch source tree to time beside")
     ap.add_argument("--no-bytecode", action="store_true", help="keep PYTHONDONTWRITEBYTECODE if it is set")
     args = ap.parse_args()
-    env = dict(os.environ)
-    if not args.no_bytecode:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="kvwatch-startup-pyc-")
-        atexit.register(shutil.rmtree, env["PYTHONPYCACHEPREFIX"], True)
+    env = timed_env(keep=args.no_bytecode)
     here = {**env, "PYTHONPATH": str(REPO)}  # this tree, whatever the venv has installed
     commands: dict[str, tuple[list[str], dict[str, str] | None]] = {k: (v, here) for k, v in COMMANDS.items()}
     if args.baseline_src:
@@ -80,8 +74,7 @@ def main() -> int:
     med = {name: statistics.median(v) for name, v in times.items()}
     best = {name: min(v) for name, v in times.items()}  # beside the median: the load here is spiky
     base = med["python -c pass"]
-    bytecode = "from source each run" if "PYTHONDONTWRITEBYTECODE" in env else "from .pyc"
-    print(f"median (and best) of {args.runs} runs, load average {os.getloadavg()[0]:.1f}, modules {bytecode}")
+    print(f"median (and best) of {args.runs} runs, load average {os.getloadavg()[0]:.1f}, {describe(env)}")
     for name, m in med.items():
         verdict = "" if not name.startswith("kvwatch") else f"  {'met' if m <= TARGET_S else 'NOT met'} (<= 120 ms)"
         print(f"{name:33s} {m * 1000:7.1f} ms ({best[name] * 1000:6.1f})  {m / base:5.1f}x python -c pass{verdict}")
