@@ -22,6 +22,15 @@ FIXTURES = ROOT / "tests" / "fixtures"
 SHARED = ROOT.parent / "shared"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # kvwatch keeps its compiled log scanner under $XDG_CACHE_HOME/kvwatch (kvwatch.sources.scanner):
+    # the suite, and every kvwatch process it starts, uses a cache of its own, never the user's.
+    if not os.environ.get("KVWATCH_TEST_CACHE"):
+        import tempfile
+
+        os.environ["KVWATCH_TEST_CACHE"] = os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="kvwatch-test-cache-")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-vllm", action="store_true", help="run end-to-end tests against a real vLLM server")
 

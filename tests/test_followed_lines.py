@@ -124,10 +124,12 @@ def test_without_hyperscan_the_batch_is_marked_by_the_python_scanner(monkeypatch
 
 
 @pytest.fixture
-def compiled_elsewhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The scanner as the sidecar loads it: compiled by a short-lived interpreter."""
+def compiled_elsewhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """The scanner as the sidecar loads it on a first start: compiled by a short-lived interpreter
+    (no database kept from an earlier run: the cache is empty)."""
     if scanner._compiled() is None:
         pytest.skip("hyperscan does not import here")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(scanner, "_compile_elsewhere", False)
     scanner.compile_out_of_process()
     yield
@@ -138,16 +140,21 @@ def compiled_elsewhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_the_database_compiled_elsewhere_marks_the_lines_compiled_here_mark(
     compiled_elsewhere: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loads: list[object] = []
-    real = scanner._loaded
+    compiled: list[bytes] = []
+    real = scanner._compiled_elsewhere
 
-    def spy(*args: object) -> object:
-        loads.append(engine := real(*args))  # type: ignore[arg-type]
-        return engine
+    def spy(*args: object) -> bytes:
+        compiled.append(serialized := real(*args))  # type: ignore[arg-type]
+        return serialized
 
-    monkeypatch.setattr(scanner, "_loaded", spy)
+    monkeypatch.setattr(scanner, "_compiled_elsewhere", spy)
     scanner._compiled.cache_clear()
-    assert scanner._compiled() is loads[0]  # the database the other interpreter compiled
+    engine = scanner._compiled()
+    assert engine is not None
+    assert len(compiled) == 1
+    import hyperscan
+
+    assert hyperscan.dumpb(engine.db) == compiled[0]
     for path in [*REAL_LOGS, SEED_LOG]:
         lines = _lines(path.read_bytes())
         assert scanner.anchored_lines(lines) == [any(a.decode() in line for a in PREFILTER_ANCHORS) for line in lines]

@@ -24,6 +24,7 @@ import os
 import re
 import subprocess
 import sys
+import zlib
 from typing import Any
 
 from kvwatch.parse.logpatterns import PREFILTER_ANCHORS
@@ -65,7 +66,7 @@ class _Hyperscan:
         if db is None:
             db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
             db.compile(expressions=[_expression(anchors)], ids=[0], flags=[0])
-        self._db = db
+        self.db = db
         self.version = str(getattr(hyperscan, "__version__", "?"))
 
     def find(self, data: bytes, spans: Spans, lo: int, hi: int) -> None:
@@ -79,7 +80,7 @@ class _Hyperscan:
             append(to)
 
         # A memoryview: the 16 MiB chunk is scanned in place, not copied.
-        self._db.scan(memoryview(data)[lo:hi], match_event_handler=on_match)
+        self.db.scan(memoryview(data)[lo:hi], match_event_handler=on_match)
         rfind = data.rfind
         for to in ends:
             end = lo + to - 1  # the newline
@@ -102,31 +103,86 @@ _COMPILER = (
 _compile_elsewhere = False  # set by compile_out_of_process()
 
 
-def _loaded(hyperscan: Any, anchors: tuple[bytes, ...]) -> _Hyperscan:
-    """The database compiled by another interpreter and loaded here (hs_serialize_database /
-    hs_deserialize_database): this process never runs Hyperscan's compiler."""
-    out = subprocess.run(
-        [sys.executable, "-c", _COMPILER], input=_expression(anchors), capture_output=True, timeout=120, check=True
-    )
-    db = hyperscan.loadb(out.stdout, hyperscan.HS_MODE_BLOCK)
+def cache_path(expression: bytes, version: str) -> str:
+    """Where the serialized database for ``expression`` is kept between runs.
+
+    Compiling costs ~16 ms, in every process that scans (``analyze``'s parent for a small log, each
+    of its workers for a big one, the sidecar), where loading the 40 KB it gives takes well under
+    one (hs_serialize_database / hs_deserialize_database). The file is named by the expression and
+    the hyperscan version, under $XDG_CACHE_HOME/kvwatch (~/.cache/kvwatch).
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = f"{zlib.crc32(expression):08x}{len(expression):x}"
+    return os.path.join(base, "kvwatch", f"hyperscan-{version}-{key}.db")
+
+
+def _load(hyperscan: Any, serialized: bytes) -> Any:
+    db = hyperscan.loadb(serialized, hyperscan.HS_MODE_BLOCK)
     db.scratch = hyperscan.Scratch(db)
-    return _Hyperscan(hyperscan, anchors, db)
+    return db
+
+
+def _cached(hyperscan: Any, path: str) -> Any:
+    """The database kept at ``path``, or None: none kept, unreadable, or refused by hyperscan (a
+    damaged file, or one compiled for another CPU: hs_deserialize_database checks the platform)."""
+    try:
+        with open(path, "rb") as fh:
+            serialized = fh.read()
+        return _load(hyperscan, serialized)
+    except Exception:  # OSError, hyperscan.error: compile instead
+        return None
+
+
+def _keep(path: str, serialized: bytes) -> None:
+    """Keep a serialized database at ``path`` for the next run; a cache that cannot be written
+    (a read-only file system, no home) is no error, the next run compiles again."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(serialized)
+        os.replace(tmp, path)  # whole or absent: a concurrent reader never sees half a file
+    except OSError:
+        pass
+
+
+def _compiled_elsewhere(hyperscan: Any, expression: bytes) -> bytes:
+    """The serialized database compiled by another interpreter: this process never runs
+    Hyperscan's compiler (see compile_out_of_process)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILER], input=expression, capture_output=True, timeout=120, check=True
+    )
+    return out.stdout
 
 
 @functools.cache
 def _compiled() -> _Hyperscan | None:
-    """The compiled scanner for PREFILTER_ANCHORS (once per process), or None if it cannot load."""
+    """The compiled scanner for PREFILTER_ANCHORS (once per process), or None if it cannot load.
+
+    From the cache of an earlier run where it holds the database, else compiled (here, or in a
+    short-lived interpreter after compile_out_of_process) and kept for the next run.
+    """
     try:
         import hyperscan
     except ImportError:  # no wheel for this platform: the pure-Python scanner
         return None
-    if _compile_elsewhere:
+    expression = _expression(PREFILTER_ANCHORS)
+    version = str(getattr(hyperscan, "__version__", "0"))
+    path = cache_path(expression, version)
+    db = _cached(hyperscan, path)
+    if db is None and _compile_elsewhere:
         try:
-            return _loaded(hyperscan, PREFILTER_ANCHORS)
+            serialized = _compiled_elsewhere(hyperscan, expression)
+            db = _load(hyperscan, serialized)
+            _keep(path, serialized)
         except Exception:  # no interpreter to run, a timeout, a refused database: compile here
-            pass
+            db = None
     try:
-        return _Hyperscan(hyperscan, PREFILTER_ANCHORS)
+        if db is None:
+            engine = _Hyperscan(hyperscan, PREFILTER_ANCHORS)
+            _keep(path, hyperscan.dumpb(engine.db))
+            return engine
+        return _Hyperscan(hyperscan, PREFILTER_ANCHORS, db)
     except Exception:  # hyperscan.error (e.g. a CPU without SSSE3): the pure-Python scanner
         return None
 
@@ -137,8 +193,8 @@ def compile_out_of_process() -> None:
     Hyperscan's compiler is most of the library: compiling in the sidecar touched its pages and
     left its heap behind, ~5 MiB of resident memory for the sidecar's life (benchmarks/footprint.py:
     58.7 vs 52.4 MiB after 90 s at 5,000 lines/s). The database a compile gives is 40 KB and
-    loads without the compiler. Call before the first scan; ``analyze`` compiles in-process (once,
-    before its workers fork, for a run of seconds).
+    loads without the compiler. Call before the first scan. Either way the database is kept for the
+    next run (cache_path), which then loads it and compiles nothing.
     """
     global _compile_elsewhere  # noqa: PLW0603 (one switch for the process, set once at start-up)
     _compile_elsewhere = True
