@@ -84,3 +84,37 @@ def test_pieces_go_by_pipe_once_a_spool_write_fails(tmp_path: Path, monkeypatch:
     assert items[1:] == pieces[1:]  # the failed piece and the rest travel as themselves
     assert [spool.take(item) for item in items] == [(b"a\nb\n", 0, 4), *pieces[1:]]
     assert os.listdir(tmp_path) == []  # the spooled one was deleted once taken, the failed one never kept
+
+
+def _readers() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "kvwatch-read-ahead"]
+
+
+def test_a_gz_given_first_is_being_read_when_its_input_is_handed_out(private_tmp: Path, tmp_path: Path) -> None:
+    # iter_logs starts the first input's reading (inflate, spool, submit) before yielding it, as the
+    # plain files' ranges are sent before: analyze forks its workers and starts them before its imports.
+    data = SEED_LOG.read_bytes()
+    gz = _gz(tmp_path, data)
+    logs = files.iter_logs([str(gz)], jobs=2)
+    log = next(logs)
+    assert log._started is not None
+    assert _readers() == ["kvwatch-read-ahead"]
+    records = [r for batch in log.batches() for r in batch]
+    logs.close()
+    serial = [r for batch in files.LogInput(str(gz), jobs=1).batches() for r in batch]
+    assert records == serial
+    assert len(records) > 50
+    assert _readers() == []
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_a_started_gz_left_unread_stops_its_reader_and_leaves_no_file(private_tmp: Path, tmp_path: Path) -> None:
+    gz = _gz(tmp_path, SEED_LOG.read_bytes())
+    logs = files.iter_logs([str(gz)], jobs=2)
+    next(logs)
+    assert _readers() == ["kvwatch-read-ahead"]
+    logs.close()  # the caller left (an error before any batch): reader, workers and pieces go
+    assert _readers() == []
+    assert list(private_tmp.iterdir()) == []

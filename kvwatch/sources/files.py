@@ -31,7 +31,7 @@ import os
 import stat
 import sys
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 from itertools import chain, islice
@@ -377,33 +377,76 @@ class _SharedRanges:
 
 
 def _scans(path: str, jobs: int, pool: Any = None) -> Iterator[ChunkScan]:
+    """The chunk scans of one input, in order. A large .gz is under way when this returns (its
+    reader thread inflates, spools and submits, see _SpooledScans); anything else starts when it
+    is first iterated."""
     is_plain = path != "-" and os.path.isfile(path)
     size = os.path.getsize(path) if is_plain else 0
     # Byte ranges need the bytes on disk to be the log's bytes.
     storage = _storage(path) if is_plain else "stream"
     if storage == "plain" and jobs > 1 and size >= PARALLEL_MIN_BYTES:
-        yield from _parallel_scans(path, size, jobs)
-        return
+        return _parallel_scans(path, size, jobs)
     fh = _open(path)
-    try:
-        if storage == "gzip":
-            # Decompression (the inflater releases the GIL) runs in a reader thread while this one scans;
-            # with workers, they scan the decompressed pieces while this process inflates, and
-            # the pieces reach them as files the reader thread writes (kvwatch.sources.spool).
-            if pool is not None or (jobs > 1 and size >= PARALLEL_MIN_BYTES // 8):  # ~PARALLEL_MIN_BYTES of text
-                yield from _spooled_scans(fh, jobs, pool)
-                return
-            yield from (candidate_lines(data, True, lo, hi) for data, lo, hi in read_ahead(_pieces(fh)))
+    if storage == "gzip" and (pool is not None or (jobs > 1 and size >= PARALLEL_MIN_BYTES // 8)):  # ~64 MiB of text
+        try:
+            spooled = _SpooledScans(fh, jobs, pool)
+        except BaseException:
+            fh.close()
+            raise
+        return _Scans(path, fh, spooled, spooled.close)
+    return _Scans(path, fh, _serial_scans(fh, storage))
+
+
+def _serial_scans(fh: BinaryIO, storage: str) -> Iterator[ChunkScan]:
+    """A stream scanned in this process; a .gz inflated by a reader thread (the inflater releases
+    the GIL) while this one scans the piece before."""
+    if storage == "gzip":
+        yield from (candidate_lines(data, True, lo, hi) for data, lo, hi in read_ahead(_pieces(fh)))
+        return
+    for data, lo, hi in _pieces(fh):
+        yield candidate_lines(data, True, lo, hi)
+
+
+class _Scans(Iterator[ChunkScan]):
+    """An input's chunk scans with a read failure (a damaged .gz, an I/O error) raised as a
+    one-line UsageError. ``close()`` releases the file and what reads it, iterated or not."""
+
+    def __init__(
+        self, path: str, fh: BinaryIO, scans: Iterable[ChunkScan], close: Callable[[], None] | None = None
+    ) -> None:
+        self._path = path
+        self._fh: BinaryIO | None = fh
+        self._scans = iter(scans)
+        self._close = close
+
+    def __next__(self) -> ChunkScan:
+        try:
+            return next(self._scans)
+        except StopIteration:
+            self.close()
+            raise
+        except inflate.errors() as exc:
+            self.close()
+            raise UsageError(
+                f"{self._path}: damaged or truncated gzip ({exc}); re-copy the file or gunzip what is readable"
+            ) from None
+        except OSError as exc:
+            self.close()
+            raise UsageError(f"{self._path}: read failed ({exc}); check the file") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop what reads the input (a reader thread, the workers it started) and close the file."""
+        fh, self._fh = self._fh, None
+        if fh is None:
             return
-        for data, lo, hi in _pieces(fh):
-            yield candidate_lines(data, True, lo, hi)
-    except inflate.errors() as exc:
-        raise UsageError(
-            f"{path}: damaged or truncated gzip ({exc}); re-copy the file or gunzip what is readable"
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"{path}: read failed ({exc}); check the file") from None
-    finally:
+        close_scans = getattr(self._scans, "close", None)
+        if close_scans is not None:
+            close_scans()
+        if self._close is not None:
+            self._close()
         if fh is not sys.stdin.buffer:
             fh.close()
 
@@ -420,21 +463,38 @@ def _scan_spooled(item: spool.Spooled) -> ChunkScan:
     return _scan_piece(spool.take(item))
 
 
-def _spooled_scans(fh: BinaryIO, jobs: int, pool: Any) -> Iterator[ChunkScan]:
-    """A stream's pieces, inflated and spooled by the reader thread, scanned by worker processes in
-    order (``pool``, or a pool of ``jobs`` started here)."""
-    with spool.spool_directory() as directory:
-        pieces = read_ahead(spool.spooled(_pieces(fh), directory))
-        try:
-            if pool is not None:
-                yield from _in_order(pool, _scan_spooled, pieces, jobs)
-            else:
-                with _pool(jobs) as own:
-                    yield from _in_order(own, _scan_spooled, pieces, jobs)
-        finally:
-            close = getattr(pieces, "close", None)
-            if close is not None:
-                close()  # the reader thread stops before its directory goes
+class _SpooledScans:
+    """A stream's pieces inflated, spooled and sent to the workers by a reader thread from the
+    moment this is made; iterating takes their scans in order (``pool``, or a pool of ``jobs``
+    started here).
+
+    The reader thread submits each piece as soon as it is written: the workers never wait for the
+    consumer, which folds the records of the pieces before (a submission per result taken left
+    them idle while it folded). At most ``2 * jobs`` pieces are in flight.
+    """
+
+    def __init__(self, fh: BinaryIO, jobs: int, pool: Any) -> None:
+        self._directory = spool.spool_directory()
+        self._own = _pool(jobs) if pool is None else None  # forked before the reader thread starts
+        workers = pool if self._own is None else self._own
+        directory = self._directory.name
+
+        def submitted() -> Iterator[Any]:  # runs in the reader thread
+            for item in spool.spooled(_pieces(fh), directory):
+                yield workers.apply_async(_scan_spooled, (item,))
+
+        self._results = read_ahead(submitted(), depth=2 * jobs)
+
+    def __iter__(self) -> Iterator[ChunkScan]:
+        for result in self._results:
+            yield result.get()
+
+    def close(self) -> None:
+        """Stop the reader thread, then the workers this started, then remove the directory."""
+        self._results.close()
+        if self._own is not None:
+            self._own.terminate()
+        self._directory.cleanup()
 
 
 def _pool(jobs: int) -> Any:
@@ -477,6 +537,20 @@ class LogInput:
         self.bytes = 0
         # Set by iter_logs: the workers shared by all inputs, and this input's place among them.
         self._shared: tuple[_SharedRanges | None, Any, int] | None = None
+        self._started: Iterator[ChunkScan] | None = None
+
+    def start(self) -> None:
+        """Begin reading now, before ``batches()`` is asked for: a large .gz's reader thread inflates
+        and its workers scan while the caller does other work (iter_logs starts the first input)."""
+        if self._started is None:
+            self._started = self._chunk_scans()
+
+    def close(self) -> None:
+        """Stop what reads this input, started or not (a reader thread, the workers it started)."""
+        started, self._started = self._started, None
+        close = getattr(started, "close", None)
+        if close is not None:
+            close()
 
     def is_small_file(self) -> bool:
         """A plain file below the size where one input alone is worth worker processes."""
@@ -493,7 +567,9 @@ class LogInput:
     def batches(self) -> Iterator[list[LogRecord]]:
         """Records chunk by chunk (the memory held is one chunk's, whatever the input size)."""
         parser = LogParser()
-        for scan in self._chunk_scans():
+        self.start()
+        scans, self._started = self._started, None
+        for scan in scans or ():
             batch = parser.feed_chunk(scan.candidates, self.lines)
             self.lines += scan.lines
             self.bytes += scan.nbytes
@@ -555,19 +631,32 @@ def iter_logs(
 
     One log per pod is the common postmortem: all plain files are cut into byte ranges that the
     workers take in input order (balanced by size, see _SharedRanges) while the caller folds the
-    records of the input before; a .gz or stdin sends its decompressed pieces to the same workers.
-    Workers start only where there is enough to share: two inputs, or one large one.
+    records of the input before; a .gz sends its inflated pieces to the same workers (stdin is
+    read in this process). Workers start only where there is enough to share: two inputs, or one
+    large one (a .gz counts as 8 times its compressed size, about its text). When the first input
+    is a .gz, its reading starts before it is yielded, as the plain files' ranges do.
     """
     logs = open_logs(paths, jobs=jobs, progress=progress)
     n = logs[0].jobs if logs else 1
     plain = [_is_plain_file(log.path) for log in logs]
     sizes = [os.path.getsize(log.path) if is_plain else 0 for log, is_plain in zip(logs, plain, strict=True)]
-    if n < 2 or (len(logs) < 2 and sum(sizes) < PARALLEL_MIN_BYTES):
+    gz = [8 * os.path.getsize(log.path) if _is_gzip_file(log.path) else 0 for log in logs]
+    if n < 2 or (len(logs) < 2 and sum(sizes) + sum(gz) < PARALLEL_MIN_BYTES):
         yield from logs
         return
     with _pool(n) as pool:
         work = [(i, r) for i, log in enumerate(logs) if plain[i] for r in _ranges(log.path, sizes[i])]
         ranges = _SharedRanges(pool, work, n) if work else None
-        for i, log in enumerate(logs):
-            log._shared = (ranges, pool, i)
-            yield log
+        try:
+            for i, log in enumerate(logs):
+                log._shared = (ranges, pool, i)
+                if i == 0 and gz[0]:
+                    log.start()  # its reader thread inflates and the workers scan from now on
+                yield log
+        finally:
+            for log in logs:
+                log.close()
+
+
+def _is_gzip_file(path: str) -> bool:
+    return path != "-" and os.path.isfile(path) and _storage(path) == "gzip"

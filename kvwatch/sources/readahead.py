@@ -18,16 +18,23 @@ T = TypeVar("T")
 _END = object()  # the reader is done (the source is exhausted)
 
 
-def read_ahead(source: Iterator[T], depth: int = 2) -> Iterator[T]:
+class ReadAhead(Iterator[T]):
     """``source``'s items in order, produced by a thread at most ``depth`` items ahead.
 
-    An exception the source raises is raised here, in the consumer, at the point the failed item
-    would have been; closing this iterator early stops the reader at its next item.
+    The thread starts when this is made, so the source is under way before the first item is
+    asked for. An exception the source raises is raised here, in the consumer, at the point the
+    failed item would have been; ``close()`` (or the end of the items) stops the reader.
     """
-    items: queue.Queue[object] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
 
-    def run() -> None:
+    def __init__(self, source: Iterator[T], depth: int = 2) -> None:
+        self._items: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._reader = threading.Thread(target=self._run, args=(source,), name="kvwatch-read-ahead", daemon=True)
+        self._reader.start()
+
+    def _run(self, source: Iterator[T]) -> None:
+        items, stop = self._items, self._stop
         try:
             for item in source:
                 while not stop.is_set():
@@ -42,19 +49,31 @@ def read_ahead(source: Iterator[T], depth: int = 2) -> Iterator[T]:
         except BaseException as exc:  # handed to the consumer, raised there
             items.put(exc)
 
-    reader = threading.Thread(target=run, name="kvwatch-read-ahead", daemon=True)
-    reader.start()
-    try:
-        while True:
-            item = items.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item  # type: ignore[misc]
-    finally:
-        stop.set()
-        while reader.is_alive():  # unblock a reader waiting to put, then let it finish
+    def __next__(self) -> T:
+        if self._done:
+            raise StopIteration
+        item = self._items.get()
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        return item  # type: ignore[return-value]
+
+    def __del__(self) -> None:  # a consumer that left without close(): the reader ends at its next item
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop the reader (it ends at its next item) and wait for it."""
+        self._done = True
+        self._stop.set()
+        while self._reader.is_alive():  # unblock a reader waiting to put, then let it finish
             with contextlib.suppress(queue.Empty):
-                items.get(timeout=0.1)
-            reader.join(timeout=0.1)
+                self._items.get(timeout=0.1)
+            self._reader.join(timeout=0.1)
+
+
+def read_ahead(source: Iterator[T], depth: int = 2) -> ReadAhead[T]:
+    """``ReadAhead(source, depth)``: its reader thread starts now."""
+    return ReadAhead(source, depth)
