@@ -41,10 +41,16 @@ CASES = [
     # V0 (0.4.3-0.10.2 engine/metrics.py): swapped and the CPU swap space
     "INFO 06-01 10:00:00 metrics.py:345] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 5.1 "
     "tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.4%, CPU KV cache usage: 0.0%.",
+    # docker --timestamps / kubectl logs --timestamps: the stamp's time, year and zone
+    "2025-01-01T00:00:00.123456789Z " + V1,
+    "2025-01-01T00:00:00.123456789Z (APIServer pid=2871) " + V1,
+    "2025-06-30T23:59:59+02:00 \x1b[1;36m(APIServer pid=2871)\x1b[0;0m " + V1,
+    "2025-06-30T23:59:59 " + V1,
     # outside the layout: the general reader decides
     "(prompt_token_ids pid=1) " + V1,
     '("x" pid=1) ' + V1,
-    "2025-01-01T00:00:00.123456789Z " + V1,
+    "2025-01-01T00:00:00Z 2025-01-01T00:00:00Z " + V1,
+    "2025-01-01 00:00:00 " + V1,
     V1.replace("[loggers.py:336]", "[api_server.py:336]"),
     V1.replace("[loggers.py:336]", "[lôggers.py:336]"),
     V1 + " MFU 3%",
@@ -65,9 +71,9 @@ def test_edge_cases_read_as_the_general_reader_reads_them(line: str) -> None:
 
 
 def test_the_common_layouts_take_the_bytes_path() -> None:
-    hits = [plain_stats_row(c.encode(), 0, len(c.encode())) is not None for c in CASES[:13]]
+    hits = [plain_stats_row(c.encode(), 0, len(c.encode())) is not None for c in CASES[:17]]
     assert all(hits)
-    outside = [plain_stats_row(c.encode(), 0, len(c.encode())) for c in CASES[13:]]
+    outside = [plain_stats_row(c.encode(), 0, len(c.encode())) for c in CASES[17:]]
     assert outside == [None] * len(outside)
 
 
@@ -107,3 +113,16 @@ def test_a_chunk_holds_the_same_candidates_with_and_without_the_bytes_path(
     without = files.candidate_lines(data)
     assert with_bytes.lines == without.lines
     assert [(i, t, s) for i, t, s in with_bytes.candidates] == [(i, t, s) for i, t, s in without.candidates]
+
+
+def test_a_docker_or_kubectl_stamped_stats_line_takes_the_bytes_path_with_the_stamps_time() -> None:
+    line = ("2025-01-01T00:00:00.123456789Z (APIServer pid=2871) " + V1).encode()
+    row = plain_stats_row(line, 0, len(line))
+    assert row is not None
+    assert row[0] == (1, 1, 0, 0, 0.123456789, 2025, "Z")  # the stamp's, as log._outer_time reads it
+    real = FIXTURES / "real-extra" / "logs" / "208-v1-docker-rfc3339-nanos-apiserver.log"
+    lines = [ln for ln in real.read_bytes().split(b"\n") if b"Avg prompt throughput" in ln]
+    fast = [plain_stats_row(ln, 0, len(ln)) for ln in lines]
+    assert lines
+    assert all(r is not None for r in fast)  # every stats line of the real docker log
+    assert fast == [L._plain_stats_row(ln.decode()) for ln in lines]

@@ -35,6 +35,10 @@ _NOT_SPACE_BRACKET_OR_SLASH = r"[!-.0-Z\\^-~]"
 _ANSI = r"(?:\x1b\[[0-9;]*m)?"
 # "(APIServer pid=2871) " (0.8.3+; coloured "\x1b[1;36m(APIServer pid=2871)\x1b[0;0m " on a terminal).
 _PREFIX = _ANSI + r"(?:(\([A-Za-z0-9_]+ pid=\d+\)" + _ANSI + r" ))?"
+# docker --timestamps / kubectl logs --timestamps put an RFC3339 stamp first (logpatterns.RFC3339,
+# whose time the general reader takes over the header's: log._outer_time). Its 7 groups come first.
+_STAMP = P.RFC3339.pattern.removeprefix("^")
+_STAMP_GROUPS = 7
 
 
 def _pattern() -> re.Pattern[bytes]:
@@ -43,7 +47,7 @@ def _pattern() -> re.Pattern[bytes]:
     body = body[: -len(r"\.?\n?$")]
     narrowed = body.replace(r"[^\s\[\]/]", _NOT_SPACE_BRACKET_OR_SLASH).replace(r"[^\s\[\]]", _NOT_SPACE_OR_BRACKET)
     # The str reader strips the line's "\r\n"/"\n" ending (``rstrip``), then allows a final ".".
-    return re.compile((_PREFIX + "(" + narrowed + r")\.?\r*").encode("ascii"))
+    return re.compile(("(?:" + _STAMP + ")?" + _PREFIX + "(" + narrowed + r")\.?\r*").encode("ascii"))
 
 
 _LINE = _pattern()
@@ -57,7 +61,8 @@ def plain_stats_row(data: bytes, start: int, end: int) -> tuple[Any, ...] | None
     m = _LINE.fullmatch(data, start, end)
     if m is None:
         return None
-    g = m.groups()
+    groups = m.groups()
+    stamp, g = groups[:_STAMP_GROUPS], groups[_STAMP_GROUPS:]
     prefix = g[0]
     if prefix is not None and any(marker in prefix for marker in _NAME_MARKERS):
         return None
@@ -68,8 +73,13 @@ def plain_stats_row(data: bytes, start: int, end: int) -> tuple[Any, ...] | None
         return None
     w = g[17]
     device = "gpu" if w == b"GPU" else _device(w)
+    if stamp[0] is not None:  # the RFC3339 stamp's time, with its year and zone (log._outer_time)
+        y, mo, d, h, mi, sec, tz = stamp
+        ts = (int(mo), int(d), int(h), int(mi), float(sec), int(y), tz.decode("ascii") if tz is not None else None)
+    else:
+        ts = (int(g[2]), int(g[3]), int(g[4]), int(g[5]), float(g[6].replace(b",", b".")), None, None)
     return (
-        (int(g[2]), int(g[3]), int(g[4]), int(g[5]), float(g[6].replace(b",", b".")), None, None),
+        ts,
         int(g[8]) if g[8] is not None else None,  # engine
         int(g[9]) if g[9] is not None else None,  # engines aggregated
         int(g[12]),  # running
