@@ -73,6 +73,7 @@ def plain_stats_row(data: bytes, start: int, end: int) -> tuple[Any, ...] | None
         return None
     w = g[17]
     device = "gpu" if w == b"GPU" else _device(w)
+    ts: tuple[Any, ...]
     if stamp[0] is not None:  # the RFC3339 stamp's time, with its year and zone (log._outer_time)
         y, mo, d, h, mi, sec, tz = stamp
         ts = (int(mo), int(d), int(h), int(mi), float(sec), int(y), tz.decode("ascii") if tz is not None else None)
