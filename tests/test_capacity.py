@@ -436,6 +436,23 @@ def test_a_model_name_the_log_contradicts_is_not_trusted() -> None:
     assert arch.name == "meta-llama/Llama-3.1-8B"
 
 
+def test_a_model_the_log_names_that_kvwatch_does_not_know_costs_no_search_for_close_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The closest catalogue names serve --model's error message alone: for the log's own model
+    # name they were searched (difflib over every name, ~10 ms of each analyze) and thrown away.
+    from kvwatch.reconcile import model_catalogue
+    from kvwatch.reconcile.capacity import model_from_log
+
+    def no_search(*_args: object, **_kw: object) -> list[str]:
+        raise AssertionError("closest() searched for a message no one reads")
+
+    monkeypatch.setattr(model_catalogue, "closest", no_search)
+    doc = {"config": {"model": "/mnt/tenant-home/Model/Some/Unknown-Model-7B"}}
+    assert model_from_log(doc) is None
+    assert model_from_log({"config": {"model": "meta-llama/Llama-3.1-8B"}}) is not None  # a known one still is
+
+
 def test_analyze_with_an_unknown_model_flag_is_a_usage_error() -> None:
     from kvwatch.batch import analyze_paths
 

@@ -24,6 +24,7 @@ from kvwatch.errors import UsageError
 from kvwatch.reconcile.architecture import Architecture, resolve_model
 from kvwatch.reconcile.facts import GIB, ServerFacts, as_int, as_number, as_positive_int
 from kvwatch.reconcile.levers import LeverRow, levers, unknown_row
+from kvwatch.reconcile.model_catalogue import known
 from kvwatch.reconcile.pool import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -125,7 +126,7 @@ def model_from_facts(facts: ServerFacts) -> Architecture | None:
     if name is None:
         return None
     try:
-        arch = resolve_model(name)
+        arch = resolve_model(name, catalogue_lookup=known)
     except UsageError:
         return None
     gib = as_number(facts.capacity.kv_cache_memory_gib)

@@ -11,7 +11,6 @@ Unknown names raise a one-line UsageError listing the closest names (difflib).
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -444,8 +443,19 @@ def architecture(entry: CatalogueEntry) -> Architecture:
     )
 
 
+def known(name: str) -> Architecture:
+    """``lookup`` for a caller that only asks whether kvwatch knows ``name`` (a model the log
+    names): an unknown name raises UsageError without the closest names, which no one reads."""
+    entry = find(name)
+    if entry is None:
+        raise UsageError(f"unknown model {name!r}")
+    return architecture(entry)
+
+
 def closest(name: str, n: int = 3) -> list[str]:
     """Catalogue ids closest to ``name`` (difflib), best first."""
+    import difflib  # local: only an unknown --model's message needs it
+
     keys = _index()
     hits = difflib.get_close_matches(normalise(name), list(keys), n=n * 3, cutoff=0.3)
     out: list[str] = []
@@ -461,7 +471,7 @@ def lookup(name: str) -> Architecture:
     entry = find(name)
     if entry is not None:
         return architecture(entry)
-    near = closest(name)
+    near = closest(name)  # (difflib over every name: ~10 ms, for the message alone)
     hint = f"closest catalogue names: {', '.join(near)}" if near else "see `kvwatch capacity --list-models`"
     raise UsageError(
         f"unknown model {name!r}: not a config.json, a model folder, a cached Hugging Face model or a catalogue "
