@@ -126,3 +126,20 @@ def test_a_docker_or_kubectl_stamped_stats_line_takes_the_bytes_path_with_the_st
     assert lines
     assert all(r is not None for r in fast)  # every stats line of the real docker log
     assert fast == [L._plain_stats_row(ln.decode()) for ln in lines]
+
+
+def test_the_kept_prefix_verdicts_refuse_a_marker_every_time_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvwatch.parse import statsbytes
+
+    monkeypatch.setattr(statsbytes, "_PREFIX_CLEAN", {})
+    monkeypatch.setattr(statsbytes, "_PREFIX_CLEAN_MAX", 3)
+    suspect = ("(prompt_token_ids pid=1) " + V1).encode()
+    clean = ("(APIServer pid=1) " + V1).encode()
+    for _ in range(2):  # the second time from the kept verdicts
+        assert plain_stats_row(suspect, 0, len(suspect)) is None
+        assert plain_stats_row(clean, 0, len(clean)) is not None
+    for pid in range(10):  # a log of endless pids never grows the kept verdicts past their bound
+        line = (f"(APIServer pid={pid + 2}) " + V1).encode()
+        assert plain_stats_row(line, 0, len(line)) is not None
+        assert len(statsbytes._PREFIX_CLEAN) <= 3
+    assert plain_stats_row(suspect, 0, len(suspect)) is None

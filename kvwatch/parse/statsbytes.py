@@ -54,6 +54,11 @@ _LINE = _pattern()
 # The literal request markers a process name could spell (``log._PREFIX_SUSPECT`` holds them all).
 _NAME_MARKERS = tuple(m.encode() for m in P.REQUEST_MARKERS if re.fullmatch(r"[A-Za-z0-9_]+", m))
 _STATS_LOGGER: dict[bytes, bool] = {}
+# Process prefix -> whether it spells none of _NAME_MARKERS. A log holds a few processes, each
+# prefix on every one of its stats lines (a generator over the markers cost ~0.8 us a line); a
+# log of endless pids only refills it.
+_PREFIX_CLEAN: dict[bytes, bool] = {}
+_PREFIX_CLEAN_MAX = 4096
 
 
 def plain_stats_row(data: bytes, start: int, end: int) -> tuple[Any, ...] | None:
@@ -64,8 +69,14 @@ def plain_stats_row(data: bytes, start: int, end: int) -> tuple[Any, ...] | None
     groups = m.groups()
     stamp, g = groups[:_STAMP_GROUPS], groups[_STAMP_GROUPS:]
     prefix = g[0]
-    if prefix is not None and any(marker in prefix for marker in _NAME_MARKERS):
-        return None
+    if prefix is not None:
+        clean = _PREFIX_CLEAN.get(prefix)
+        if clean is None:
+            if len(_PREFIX_CLEAN) >= _PREFIX_CLEAN_MAX:
+                _PREFIX_CLEAN.clear()
+            clean = _PREFIX_CLEAN[prefix] = not any(marker in prefix for marker in _NAME_MARKERS)
+        if not clean:
+            return None
     ok = _STATS_LOGGER.get(g[7])
     if ok is None:
         ok = _STATS_LOGGER[g[7]] = logger_allows("stats", g[7].decode("ascii"))
