@@ -10,11 +10,11 @@ content), folds them with ``kvwatch.reconcile.analysis.Analysis`` and adds the m
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvwatch.parse.scrapes import creation_stamp, looks_like_exposition
-from kvwatch.sources.files import LogInput, check_path, iter_logs, paused_gc
+from kvwatch.sources.files import check_path, paused_gc, started_logs
 from kvwatch.sources.saved_scrapes import read_head, read_scrape
 
 if TYPE_CHECKING:
@@ -41,40 +41,35 @@ def analyze_paths(
     timelines: list[EngineTimeline] | None = None,
     prometheus: dict[str, Any] | None = None,
     cache_configs: list[dict[str, Any]] | None = None,
-    logs: Iterable[LogInput] | None = None,
 ) -> dict[str, Any]:
     """The analyze document for saved vLLM logs (plain, ``.gz`` or ``-`` for stdin), in order.
 
     Saved ``/metrics`` scrapes among ``paths`` are recognised by content and read as metrics
     evidence; ``timelines`` (with ``prometheus``, the query that gave them) is Prometheus history.
     ``model`` (a name or a config.json path) goes to ``levers_hook``. ``progress`` is called with
-    the bytes read so far. ``logs`` is the logs among ``paths`` already being read
-    (``kvwatch.sources.files.started_logs``: ``kvwatch analyze`` starts its workers before the
-    reconcile stack, imported here, is loaded); without it they are read here. Raises ``kvwatch.errors.UsageError`` for
-    a missing/unreadable input.
+    the bytes read so far. Raises ``kvwatch.errors.UsageError`` for a missing/unreadable input.
     """
     log_paths, scrape_paths = split_inputs(paths)
-    if logs is None:
-        logs = iter_logs(log_paths, progress=progress, jobs=jobs)
-    # Imported here, not above: ``kvwatch analyze`` imports this module for split_inputs before its
-    # workers fork, and the reconcile stack (~0.1 s) loads while they scan.
-    from kvwatch.reconcile.analysis import Analysis
-    from kvwatch.reconcile.evidence import (
-        EvidenceInputs,
-        ScrapeReading,
-        TokenRateBound,
-        infer_years,
-        metrics_evidence,
-        scrape_timelines,
-    )
+    with started_logs(log_paths, progress=progress, jobs=jobs) as logs:
+        # Imported here, not above: where the logs need workers, they were forked and sent their
+        # first ranges just now (files.started_logs), and scan while the reconcile stack (~0.1 s) loads.
+        from kvwatch.reconcile.analysis import Analysis
+        from kvwatch.reconcile.evidence import (
+            EvidenceInputs,
+            ScrapeReading,
+            TokenRateBound,
+            infer_years,
+            metrics_evidence,
+            scrape_timelines,
+        )
 
-    analysis = Analysis()
-    with paused_gc():
-        for log in logs:
-            source = log.path if len(log_paths) > 1 else None
-            for batch in log.batches():
-                analysis.add(batch, source=source)
-            analysis.add_input(log.path, log.lines, log.bytes)
+        analysis = Analysis()
+        with paused_gc():
+            for log in logs:
+                source = log.path if len(log_paths) > 1 else None
+                for batch in log.batches():
+                    analysis.add(batch, source=source)
+                analysis.add_input(log.path, log.lines, log.bytes)
     readings = []
     scrape_texts: list[tuple[str, float | None, Any]] = []
     if scrape_paths:

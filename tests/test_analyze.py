@@ -313,17 +313,16 @@ def test_progress_bar_only_on_a_terminal_and_never_on_stdout(
 
     calls: list[int] = []
     advanced: list[int] = []
-    real = command.started_logs
+    real = command.analyze_paths
 
-    def spy(paths: list[str], **kw: Any) -> Any:
-        # the logs are started (their workers forked) with the bar's callback, or without one
+    def spy(paths: list[str], **kw: Any) -> dict[str, Any]:
         progress = kw.get("progress")
         calls.append(1 if progress else 0)
         if progress:
             kw["progress"] = lambda n: (advanced.append(n), progress(n))
         return real(paths, **kw)
 
-    monkeypatch.setattr(command, "started_logs", spy)
+    monkeypatch.setattr(command, "analyze_paths", spy)
     monkeypatch.setattr(command, "PROGRESS_MIN_BYTES", 0)
     code, out, _ = run(["analyze", "--format", "json", str(SEED_LOG)], capsys)  # piped: no bar
     assert code == 0

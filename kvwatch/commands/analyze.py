@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvwatch import cli_options as opt
-from kvwatch.batch import split_inputs
+from kvwatch.batch import analyze_paths  # (its reconcile imports wait until the workers are forked)
 from kvwatch.commands.history import engine_history, prometheus_query
 from kvwatch.errors import UsageError
-from kvwatch.sources.files import LogInput, started_logs
 
 if TYPE_CHECKING:
     from kvwatch.reconcile.evidence import EngineTimeline
@@ -67,16 +66,12 @@ def analyze(
     if not paths and not prometheus_flags.get("prometheus"):
         raise UsageError("give saved logs or scrapes (PATH...) or --prometheus URL")
     query = prometheus_query(**prometheus_flags)
+    history = engine_history(query) if query is not None else None
     if model_config and model:
         raise UsageError("give --model-config FILE or --model NAME, not both")
     if model_config and not os.path.isfile(model_config):
         raise UsageError(f"{model_config}: no such file; --model-config takes the model's config.json")
-    log_paths, _scrapes = split_inputs(paths)
-    with _progress(log_paths) as progress, started_logs(log_paths, jobs=jobs, progress=progress) as logs:
-        # The workers scan the logs' first ranges from here on, while this process asks Prometheus
-        # and imports what folds and explains the records (kvwatch.batch: the reconcile stack).
-        history = engine_history(query) if query is not None else None
-        doc = _run(paths, logs, model_config or model, jobs, history)
+    doc = _run(paths, model_config or model, jobs, history)
     if output_format is OutputFormat.json:
         text = json.dumps(doc, indent=2)
     else:
@@ -106,9 +101,9 @@ opt.share_options(analyze, prometheus_query)
 
 
 @contextmanager
-def _progress(log_paths: list[str]) -> Iterator[Callable[[int], None] | None]:
+def _progress(paths: list[str]) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on stderr for large inputs when both ends are a terminal, else None."""
-    total = sum(os.path.getsize(p) for p in log_paths if p != "-" and os.path.isfile(p))
+    total = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p))
     if not (sys.stderr.isatty() and sys.stdout.isatty() and total >= PROGRESS_MIN_BYTES):
         yield None
         return
@@ -129,15 +124,19 @@ def _progress(log_paths: list[str]) -> Iterator[Callable[[int], None] | None]:
 
 def _run(
     paths: list[str],
-    logs: Iterator[LogInput],
     model: str | None,
     jobs: int | None,
     history: tuple[list[EngineTimeline], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    from kvwatch.batch import analyze_paths  # (imports the reconcile stack)
-
     timelines, prometheus = history if history is not None else (None, None)
     configs = prometheus.pop("cache_configs", None) if prometheus else None
-    return analyze_paths(
-        paths, model=model, jobs=jobs, timelines=timelines, prometheus=prometheus, cache_configs=configs, logs=logs
-    )
+    with _progress(paths) as progress:
+        return analyze_paths(
+            paths,
+            model=model,
+            jobs=jobs,
+            progress=progress,
+            timelines=timelines,
+            prometheus=prometheus,
+            cache_configs=configs,
+        )

@@ -638,9 +638,10 @@ def iter_logs(
     """
     logs = open_logs(paths, jobs=jobs, progress=progress)
     n = logs[0].jobs if logs else 1
-    plain = [_is_plain_file(log.path) for log in logs]
-    sizes = [os.path.getsize(log.path) if is_plain else 0 for log, is_plain in zip(logs, plain, strict=True)]
-    gz = [8 * os.path.getsize(log.path) if _is_gzip_file(log.path) else 0 for log in logs]
+    storage = [_storage(log.path) if log.path != "-" and os.path.isfile(log.path) else "stream" for log in logs]
+    plain = [kind == "plain" for kind in storage]
+    sizes = [os.path.getsize(log.path) if kind == "plain" else 0 for log, kind in zip(logs, storage, strict=True)]
+    gz = [8 * os.path.getsize(log.path) if kind == "gzip" else 0 for log, kind in zip(logs, storage, strict=True)]
     if n < 2 or (len(logs) < 2 and sum(sizes) + sum(gz) < PARALLEL_MIN_BYTES):
         yield from logs
         return
@@ -656,7 +657,3 @@ def iter_logs(
         finally:
             for log in logs:
                 log.close()
-
-
-def _is_gzip_file(path: str) -> bool:
-    return path != "-" and os.path.isfile(path) and _storage(path) == "gzip"
