@@ -1039,3 +1039,43 @@ def test_malformed_numbers_never_raise(line: str) -> None:
     parser = LogParser()
     parser.feed_line(line, 1)
     parser.finish()
+
+
+# ---- a header's time and logger, kept per text -----------------------------------------------------
+
+
+def test_header_time_and_logger_kept_per_text_read_as_the_whole_header_does() -> None:
+    """split_records takes a header's time from its stamp's fixed offsets and its logger from the
+    "[file:line] " part alone, both kept per text: on every header of the real fixture logs (and
+    comma decimals, 0.4's headers without "[", paths) they equal the groups' reading of the whole
+    header, twice over (the second time from what was kept)."""
+    from pathlib import Path
+
+    from kvwatch.parse.log import clean, split_records
+    from kvwatch.parse.provenance import header_logger
+    from kvwatch.records import LogTime
+
+    fixtures = Path(__file__).parent / "fixtures"
+    lines = [
+        "WARNING 01-02 03:04:05,678 [v1/engine/core.py:12] x",
+        "INFO 12-31 23:59:59 metrics.py:351] y",
+        "DEBUG 07-08 09:10:11.5 [a/b/c/loggers.py:7[] z INFO 07-08 09:10:12 [llm_engine.py:1] w",
+    ]
+    for path in sorted(fixtures.glob("real*/logs/*")):
+        lines += [ln for ln in path.read_text("utf-8", "replace").splitlines() if logpatterns.VLLM_HEADER.search(ln)]
+    checked = 0
+    for _ in range(2):
+        for line in lines:
+            text = clean(line)
+            if text.startswith(("{", "20")) or logpatterns.ASCTIME.match(text):
+                continue  # an outer stamp gives the time: not this path
+            headers = list(logpatterns.VLLM_HEADER.finditer(text))
+            segments = [s for s in split_records(text) if s.logger is not None]  # a header's own
+            if len(segments) != len(headers):
+                continue  # a header inside a quoted string: no segment of its own
+            for h, seg in zip(headers, segments, strict=True):
+                mo, d, hh, mi, s = h.groups()
+                assert seg.ts == LogTime(int(mo), int(d), int(hh), int(mi), float(s.replace(",", "."))), line
+                assert seg.logger == header_logger(h.group(0)), line
+                checked += 1
+    assert checked > 2 * 400, checked
