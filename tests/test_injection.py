@@ -647,3 +647,22 @@ def test_a_clients_shutdown_words_do_not_excuse_a_real_engine_death(carrier: str
 def _feed(lines: list[str]) -> list[LogRecord]:
     parser = LogParser()
     return [r for n, line in enumerate(lines, 1) for r in parser.feed_line(line, n)] + parser.finish()
+
+
+def test_echo_cut_passes_by_only_lines_that_hold_no_marker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """echo_cut returns at once for a line holding none of its words; every marker, every start
+    literal's marker and the access anchor hold one, so the quick answer is the full one: on every
+    real fixture line and every carrier of every payload, as with the words check switched off."""
+    from kvwatch.parse import provenance
+
+    words = provenance._ECHO_WORDS
+    for marker in (*(a for a, _ in provenance._ANCHORED), *provenance._UNANCHORED, P.ACCESS_ANCHOR):
+        assert any(w in marker for w in words), marker
+    fixtures = Path(__file__).parent / "fixtures"
+    lines = [ln for p in sorted(fixtures.glob("real*/logs/*")) for ln in p.read_text("utf-8", "replace").splitlines()]
+    lines += [carry(payload) for carry in CARRIERS.values() for payload, _ in PAYLOADS.values()]
+    quick = [echo_cut(ln) for ln in lines]
+    monkeypatch.setattr(provenance, "_ECHO_WORDS", ("",))  # "" is in every text: the full reading
+    assert [echo_cut(ln) for ln in lines] == quick
+    assert sum(c < len(ln) for c, ln in zip(quick, lines, strict=True)) > len(CARRIERS)  # echoes were cut
+    assert sum(c == len(ln) for c, ln in zip(quick, lines, strict=True)) > 500  # and most lines passed

@@ -29,6 +29,13 @@ __all__ = ["echo_cut", "header_logger", "inside", "logger_allows", "quoted_spans
 
 _ANCHORED = tuple((f.marker, f.start) for f in P.ECHO_FORMS if f.start is not None)
 _UNANCHORED = tuple(f.marker for f in P.ECHO_FORMS if f.start is None)
+# Words one of which every marker above (and the access anchor) holds, so that a line with none of
+# them, most lines, is passed in a few ``in`` tests instead of one find per marker (~0.6 against
+# ~3.5 us a line): the short words cover today's markers, and any marker they miss is its own word.
+_SHORT_WORDS = ("equest", "rompt", "Params(")
+_ECHO_WORDS = _SHORT_WORDS + tuple(
+    m for m in (*(a for a, _ in _ANCHORED), *_UNANCHORED, P.ACCESS_ANCHOR) if not any(w in m for w in _SHORT_WORDS)
+)
 
 
 def echo_cut(text: str) -> int:
@@ -42,6 +49,11 @@ def echo_cut(text: str) -> int:
     line may be the client's X-Forwarded-For), or at the start of the line.
     """
     cut = len(text)
+    for word in _ECHO_WORDS:
+        if word in text:
+            break
+    else:
+        return cut  # no marker can be in it
     known = cut  # the earliest known echo start
     for marker, start in _ANCHORED:
         pos = text.find(marker)
