@@ -218,3 +218,85 @@ def test_a_mismatch_on_one_dp_engine_is_that_engines_alone() -> None:
     assert sorted(m.split(": ")[1] for m in mismatches) == ["bytes_per_token", "max_concurrency", "pool_tokens"]
     assert all(m.startswith("engine 1 (") for m in mismatches)
     assert any("pool_tokens: vLLM reports 0.500x" in m for m in mismatches)
+
+
+def _merged_reading(runs: list[tuple[dict, dict]], engine: int | None, index: int) -> dict:
+    """facts_for's rule, read from scratch over the kept runs (the reading before the prefixes)."""
+    merged: dict = {}
+    for every, own in runs[: index + 1]:
+        if engine is not None and engine in own:
+            merged.update(own.get(None, {}))
+            merged.update(own[engine])
+        else:
+            merged.update(every)
+    return merged
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_latest_runs_facts_read_from_kept_prefixes_equal_a_reading_of_every_kept_run(seed: int) -> None:
+    """facts_for keeps, per engine, what the finished runs give it and reads only the runs since;
+    folds of the oldest runs past MAX_RUNS keep or drop those prefixes. Over random starts, facts of
+    two DP engines and of none, a scrape's cache_config and questions about old runs, every answer
+    equals facts_for's rule read afresh over the kept runs, field order included."""
+    import random
+
+    rng = random.Random(seed)
+    builder = FactsBuilder()
+    fields = ["capacity.kv_cache_tokens", "capacity.gpu_blocks", "config.max_num_seqs", "config.model", "x.extra"]
+    asked = folds = 0
+    for _ in range(400 if seed % 2 else 1500):
+        step = rng.random()
+        if step < 0.12:
+            folds += len(builder._runs) == MAX_RUNS and builder._runs[-1] != ({}, {})
+            builder.start_run()
+        elif step < 0.14:
+            builder.set_cache_config({"block_size": rng.choice(("16", "32"))})
+        elif step < 0.7:
+            field = rng.choice(fields)
+            value = rng.choice((1, 2, 3)) if field != "config.model" else rng.choice(("m1", "m2"))
+            builder.add(FactRecord(1, None, field, value, engine=rng.choice((None, None, 0, 1))))
+        else:
+            engine = rng.choice((None, 0, 1, 2))
+            run = None if rng.random() < 0.8 else rng.randrange(len(builder._runs))
+            index = len(builder._runs) - 1 if run is None else run
+            want = facts_module.ServerFacts.from_fields(
+                _merged_reading(builder._runs, engine, index), builder._cache_config
+            )
+            assert builder.facts_for(engine, run) == want
+            asked += 1
+    assert asked > 20
+    assert len(builder._runs) <= MAX_RUNS
+    assert folds > 0 or seed % 2  # half the seeds run past MAX_RUNS
+
+
+def test_a_crash_loop_restating_its_facts_builds_its_record_once() -> None:
+    """A restart that states what the last run stated reads the kept prefix and reuses the record."""
+    builder = FactsBuilder()
+    built = []
+    real = facts_module.ServerFacts.from_fields
+    facts_module.ServerFacts.from_fields = classmethod(  # type: ignore[method-assign]
+        lambda cls, f, c=None: built.append(1) or real.__func__(cls, f, c)  # type: ignore[attr-defined]
+    )
+    try:
+        for _ in range(3 * MAX_RUNS):
+            builder.start_run()
+            builder.add(FactRecord(1, None, "capacity.kv_cache_tokens", 65536))
+            assert builder.facts_for(0).capacity.kv_cache_tokens == 65536
+    finally:
+        facts_module.ServerFacts.from_fields = real  # type: ignore[method-assign]
+    assert len(built) == 1
+
+
+def test_a_fold_past_max_runs_reads_a_dp_engines_facts_afresh() -> None:
+    """Run 0: DP engine 0 states its pool; run 1: the server states another; no later run restates
+    it. Folding runs 0 and 1 changes what engine 0 reads (its own lines now share one run with the
+    server's), so its kept prefix must not stand: the answer is the rule read over the kept runs."""
+    builder = FactsBuilder()
+    builder.add(FactRecord(1, None, "capacity.kv_cache_tokens", 1000, engine=0))
+    builder.start_run()
+    builder.add(FactRecord(2, None, "capacity.kv_cache_tokens", 2000))
+    for n in range(MAX_RUNS + 2):
+        builder.start_run()
+        builder.add(FactRecord(3 + n, None, "capacity.gpu_blocks", n))
+        want = _merged_reading(builder._runs, 0, len(builder._runs) - 1)
+        assert builder.facts_for(0) == facts_module.ServerFacts.from_fields(want, builder._cache_config)

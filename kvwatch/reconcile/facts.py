@@ -360,7 +360,7 @@ class FactsBuilder:
     analyze document's rule: the last value seen of each field. Records are rebuilt only on change.
     """
 
-    __slots__ = ("_cache", "_cache_config", "_facts", "_fields", "_runs")
+    __slots__ = ("_built", "_cache", "_cache_config", "_facts", "_fields", "_prefix", "_runs")
 
     def __init__(self) -> None:
         self._fields: dict[str, FactValue] = {}
@@ -370,6 +370,14 @@ class FactsBuilder:
         # facts no engine's process printed: the server's own, e.g. the API server's args).
         self._runs: list[tuple[dict[str, FactValue], dict[int | None, dict[str, FactValue]]]] = [({}, {})]
         self._cache: dict[tuple[int, int | None], ServerFacts] = {}
+        # Per engine: (k, what runs[:k] give it), so that the latest run's record reads one run more
+        # than the last time, not every kept run again (a crash-looping server's log starts a run
+        # every few hundred lines, and each start asked for a merge of up to MAX_RUNS runs).
+        self._prefix: dict[int | None, tuple[int, dict[str, FactValue]]] = {}
+        # Per engine: the last record built, with the fields it was built from (in their order, which
+        # ServerFacts.extra keeps) and the cache_config dict: a restart restating the same facts
+        # gets the same record without building it again.
+        self._built: dict[int | None, tuple[tuple[tuple[str, FactValue], ...], dict[str, FactValue], ServerFacts]] = {}
 
     def add(self, record: FactRecord) -> None:
         """One startup fact from the log."""
@@ -392,12 +400,26 @@ class FactsBuilder:
                 # A crash-looping server restarts without end under a sidecar: fold the two oldest
                 # runs into one, so memory stays bounded and later runs inherit exactly as before.
                 (every, own), (every2, own2) = self._runs[0], self._runs[1]
+                self._fold_prefixes(own, own2)
                 every.update(every2)
                 for engine, facts in own2.items():
                     own.setdefault(engine, {}).update(facts)
                 del self._runs[1]
             self._runs.append(({}, {}))
             self._cache.clear()
+
+    def _fold_prefixes(
+        self, own: dict[int | None, dict[str, FactValue]], own2: dict[int | None, dict[str, FactValue]]
+    ) -> None:
+        """Runs 0 and 1 are about to become one run: the kept prefixes that covered both still hold,
+        one run shorter, for every engine that printed nothing of its own in either (for it each
+        run reads its run's facts, and the two runs' facts in order are their update), and are
+        read afresh for the others."""
+        for engine, (k, merged) in list(self._prefix.items()):
+            if k < 2 or (engine is not None and (engine in own or engine in own2)):
+                del self._prefix[engine]
+            else:
+                self._prefix[engine] = (k - 1, merged)
 
     def set_cache_config(self, labels: Mapping[str, FactValue]) -> None:
         """The latest scrape's cache_config_info labels (replacing the previous scrape's)."""
@@ -436,19 +458,45 @@ class FactsBuilder:
         key = (index, engine)
         cached = self._cache.get(key)
         if cached is None:
-            merged: dict[str, FactValue] = {}
-            for every, own in self._runs[: index + 1]:
-                if engine is not None and engine in own:
-                    # A rank that spoke for itself in this run reads its own lines and the server's,
-                    # never another rank's: each DP engine core profiles its own device and prints
-                    # its own memory, pool and concurrency (vLLM 0.32.0 v1/engine/core.py
-                    # EngineCore._initialize_kv_caches), so a neighbour's value is never this one's.
-                    merged.update(own.get(None, {}))
-                    merged.update(own[engine])
-                else:
-                    merged.update(every)
-            cached = self._cache[key] = ServerFacts.from_fields(merged, self._cache_config)
+            merged: dict[str, FactValue]
+            if index == len(self._runs) - 1:
+                k, prefix = self._prefix.get(engine, (0, {}))
+                for every, own in self._runs[k:index]:
+                    _read_run(prefix, engine, every, own)
+                self._prefix[engine] = (index, prefix)
+                merged = dict(prefix)
+                _read_run(merged, engine, *self._runs[index])
+            else:
+                merged = {}
+                for every, own in self._runs[: index + 1]:
+                    _read_run(merged, engine, every, own)
+            items = tuple(merged.items())
+            built = self._built.get(engine)
+            if built is not None and built[1] is self._cache_config and built[0] == items:
+                cached = built[2]
+            else:
+                cached = ServerFacts.from_fields(merged, self._cache_config)
+                self._built[engine] = (items, self._cache_config, cached)
+            self._cache[key] = cached
         return cached
+
+
+def _read_run(
+    merged: dict[str, FactValue],
+    engine: int | None,
+    every: dict[str, FactValue],
+    own: dict[int | None, dict[str, FactValue]],
+) -> None:
+    """Add what one run gives ``engine`` to ``merged`` (FactsBuilder.facts_for)."""
+    if engine is not None and engine in own:
+        # A rank that spoke for itself in this run reads its own lines and the server's, never
+        # another rank's: each DP engine core profiles its own device and prints its own memory,
+        # pool and concurrency (vLLM 0.32.0 v1/engine/core.py EngineCore._initialize_kv_caches),
+        # so a neighbour's value is never this one's.
+        merged.update(own.get(None, {}))
+        merged.update(own[engine])
+    else:
+        merged.update(every)
 
 
 _MISSING = object()
