@@ -32,6 +32,7 @@ from kvwatch.records import LogRecord, TimingSeries
 from kvwatch.settings import WatchSettings
 from kvwatch.sources import scanner
 from kvwatch.sources.lines import LineSource
+from kvwatch.sources.pieces import CLOSED, continued_lines
 from kvwatch.sources.scanner import anchored_lines
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class Sidecar:
     ) -> None:
         self.state = state
         self.parser = parser
+        self._open_streams = CLOSED  # container-runtime streams cut mid-line (kvwatch.sources.pieces)
         self.lines = lines
         self.scraper = scraper
         self.scrape_interval = scrape_interval
@@ -159,7 +161,17 @@ class Sidecar:
         events: list[Event] = []
         # The scanner marks the few lines that can say something (one compiled pass over the
         # batch); the parser passes the others by, as the analyze reader does.
-        anchored = anchored_lines(lines)
+        partials: list[int] = []
+        anchored = anchored_lines(lines, partials)
+        if partials or self._open_streams:
+            # A piece that continues a line the container runtime cut is no line: what it holds
+            # (a client's text, perhaps a forged header) is passed by, as analyze does.
+            cont, self._open_streams = continued_lines(lines, partials, self._open_streams)
+            if cont:
+                lines = list(lines)
+                for i in cont:
+                    lines[i] = ""
+                    anchored[i] = False
         with self.lock:
             for record in self.parser.feed_lines(lines, anchored):
                 events += self.state.on_log_record(record, now)

@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 import pytest
 
 from kvwatch.batch import analyze_paths
-from kvwatch.parse.logpatterns import PREFILTER_ANCHORS
 from kvwatch.sources import scanner
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -118,7 +117,7 @@ class _Recording(scanner._Hyperscan):
 def _kept() -> Path:
     import hyperscan
 
-    return Path(scanner.cache_path(scanner._expression(PREFILTER_ANCHORS), hyperscan.__version__))
+    return Path(scanner.cache_path(scanner.database_key(), hyperscan.__version__))
 
 
 def test_the_compiled_database_is_kept_and_the_next_process_loads_it(

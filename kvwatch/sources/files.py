@@ -45,6 +45,7 @@ from kvwatch.parse.logpatterns import STATS_START
 from kvwatch.parse.statsbytes import plain_stats_row
 from kvwatch.records import LogRecord, LogTime
 from kvwatch.sources import inflate, spool
+from kvwatch.sources.pieces import CLOSED, LOOKBACK, Open, continuations, line_start_after, python_partials
 from kvwatch.sources.readahead import read_ahead
 from kvwatch.sources.scanner import find_lines, line_spans
 
@@ -69,6 +70,7 @@ class ChunkScan:
     lines: int
     nbytes: int
     candidates: list[tuple[int, str, LineScan | StatsRow]]
+    open_streams: Open = CLOSED  # the runtime streams whose last entry here was a partial one
 
 
 def _positional_reducer(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
@@ -94,14 +96,28 @@ for _cls in (*get_args(LogRecord), LogTime, LineScan, ChunkScan):
 _find_lines = find_lines
 
 
-def candidate_spans(data: bytes, full: bool = True, lo: int = 0, hi: int | None = None) -> dict[int, int]:
+def candidate_spans(
+    data: bytes, full: bool = True, lo: int = 0, hi: int | None = None, pending: Open = CLOSED
+) -> dict[int, int]:
     """Start -> end of every candidate line in ``data[lo:hi]`` (complete lines).
 
     Every line kind of the pattern table is searched in every byte. ``full`` is kept for callers
     of the time when a large input's middle was searched for "cache" only; it changes nothing.
+    ``pending``: the container-runtime streams open at ``lo`` (kvwatch.sources.pieces).
     """
-    hi = len(data) if hi is None else hi
-    spans = line_spans(data, lo, hi)
+    return _candidate_spans(data, lo, len(data) if hi is None else hi, pending)[0]
+
+
+def _candidate_spans(data: bytes, lo: int, hi: int, pending: Open) -> tuple[dict[int, int], Open]:
+    """``candidate_spans``, and the runtime streams still open at ``hi``.
+
+    A piece that continues an entry the container runtime cut (a long line stored as several
+    entries) is no candidate, whatever it holds: it is the rest of the line its first piece
+    started, and a client may have put a forged header at its start (kvwatch.sources.pieces).
+    """
+    partials: list[int] = []
+    spans = line_spans(data, lo, hi, partials)
+    cont, still_open = continuations(data, lo, hi, partials, pending) if partials or pending else ((), CLOSED)
     find, rfind, endswith = data.find, data.rfind, data.endswith
     for start, end in list(spans.items()):
         kv = find(_KV_USAGE, start, end)
@@ -136,16 +152,21 @@ def candidate_spans(data: bytes, full: bool = True, lo: int = 0, hi: int | None 
                 nend = hi if nend == -1 else nend
                 spans.setdefault(nxt, nend)
                 nxt = nend + 1
-    return spans
+    for start in cont:  # after the hard-wrap lines: a continuation piece is no record's rest either
+        spans.pop(start, None)
+    return spans, still_open
 
 
-def candidate_lines(data: bytes, full: bool = True, lo: int = 0, hi: int | None = None) -> ChunkScan:
+def candidate_lines(
+    data: bytes, full: bool = True, lo: int = 0, hi: int | None = None, pending: Open = CLOSED
+) -> ChunkScan:
     """Candidate lines of ``data[lo:hi]`` (complete lines; the last may lack its newline), parsed.
 
-    ``full`` as for ``candidate_spans`` (it changes nothing).
+    ``full`` and ``pending`` as for ``candidate_spans``; the scan's ``open_streams`` is the
+    ``pending`` of the bytes that follow.
     """
     hi = len(data) if hi is None else hi
-    spans = candidate_spans(data, full, lo, hi)
+    spans, still_open = _candidate_spans(data, lo, hi, pending)
     candidates: list[tuple[int, str, LineScan | StatsRow]] = []
     line = 0
     prev = lo
@@ -170,7 +191,7 @@ def candidate_lines(data: bytes, full: bool = True, lo: int = 0, hi: int | None 
     lines = line + count(b"\n", prev, hi)
     if hi > lo and data[hi - 1 : hi] != b"\n":
         lines += 1
-    return ChunkScan(lines, hi - lo, candidates)
+    return ChunkScan(lines, hi - lo, candidates, still_open)
 
 
 def _merge(scans: list[ChunkScan]) -> ChunkScan:
@@ -183,7 +204,7 @@ def _merge(scans: list[ChunkScan]) -> ChunkScan:
         candidates.extend((rel + lines, text, scan) for rel, text, scan in sc.candidates)
         lines += sc.lines
         nbytes += sc.nbytes
-    return ChunkScan(lines, nbytes, candidates)
+    return ChunkScan(lines, nbytes, candidates, scans[-1].open_streams)
 
 
 @contextmanager
@@ -221,7 +242,9 @@ def _scan_range(args: Range) -> ChunkScan:
 
 def _scan_range_lines(path: str, start: int, end: int) -> ChunkScan:
     with open(path, "rb") as fh:
-        c0 = max(0, start - 1)  # one byte before: whether ``start`` begins a line
+        # LOOKBACK bytes before: the runtime streams open where the range's lines begin (and one
+        # byte before at least: whether ``start`` begins a line).
+        c0 = max(0, start - max(1, LOOKBACK))
         fh.seek(c0)
         want = end - c0 + RANGE_SLACK
         buf = fh.read(want)
@@ -244,7 +267,19 @@ def _scan_range_lines(path: str, start: int, end: int) -> ChunkScan:
                 buf += fh.readline()  # a line longer than the slack crosses ``end`` (rare)
                 nl = buf.find(b"\n", rel_end)
             hi = len(buf) if nl == -1 else nl + 1
-    return candidate_lines(buf, True, lo, hi)
+    return candidate_lines(buf, True, lo, hi, open_before(buf, 0 if c0 == 0 else 1, lo))
+
+
+def open_before(data: bytes, lo: int, at: int) -> Open:
+    """The runtime streams open at the line start ``at``, read from ``data[lo:at]`` (from its
+    first line start on, every stream taken as closed there: see kvwatch.sources.pieces)."""
+    lo = line_start_after(data, lo, 0)
+    if lo >= at:
+        return CLOSED
+    # A few finds over the look-back (the same partial entries the compiled scanner finds, which
+    # would also build the spans of every anchor there for nothing).
+    partials = python_partials(data, lo, at)
+    return continuations(data, lo, at, partials)[1] if partials else CLOSED
 
 
 Piece = tuple[bytes, int, int]  # data, lo, hi: the complete lines data[lo:hi]
@@ -400,11 +435,12 @@ def _scans(path: str, jobs: int, pool: Any = None) -> Iterator[ChunkScan]:
 def _serial_scans(fh: BinaryIO, storage: str) -> Iterator[ChunkScan]:
     """A stream scanned in this process; a .gz inflated by a reader thread (the inflater releases
     the GIL) while this one scans the piece before."""
-    if storage == "gzip":
-        yield from (candidate_lines(data, True, lo, hi) for data, lo, hi in read_ahead(_pieces(fh)))
-        return
-    for data, lo, hi in _pieces(fh):
-        yield candidate_lines(data, True, lo, hi)
+    pieces = read_ahead(_pieces(fh)) if storage == "gzip" else _pieces(fh)
+    pending = CLOSED  # read in order here: each piece starts with what the one before left open
+    for data, lo, hi in pieces:
+        scan = candidate_lines(data, True, lo, hi, pending)
+        pending = scan.open_streams
+        yield scan
 
 
 class _Scans(Iterator[ChunkScan]):
@@ -451,16 +487,35 @@ class _Scans(Iterator[ChunkScan]):
             fh.close()
 
 
-def _scan_piece(piece: Piece) -> ChunkScan:
-    """Worker: the candidate lines of one piece of a stream."""
+def _scan_piece(piece: Piece, pending: Open = CLOSED) -> ChunkScan:
+    """Worker: the candidate lines of one piece of a stream (``pending``: the runtime streams
+    open where it starts)."""
     data, lo, hi = piece
     with paused_gc():
-        return candidate_lines(data, True, lo, hi)
+        return candidate_lines(data, True, lo, hi, pending)
 
 
-def _scan_spooled(item: spool.Spooled) -> ChunkScan:
+def _scan_spooled(item: spool.Spooled, pending: Open = CLOSED) -> ChunkScan:
     """Worker: the candidate lines of one spooled piece (its file is deleted once read)."""
-    return _scan_piece(spool.take(item))
+    return _scan_piece(spool.take(item), pending)
+
+
+def _open_at_ends(pieces: Iterator[Piece], opened: deque[Open]) -> Iterator[Piece]:
+    """``pieces`` unchanged, with the runtime streams open where each starts appended to
+    ``opened`` as it passes (read from the LOOKBACK bytes before its end: the workers that scan
+    the pieces run apart, so this thread tells each where the one before left off)."""
+    pending = CLOSED
+    for data, lo, hi in pieces:
+        opened.append(pending)
+        yield data, lo, hi
+        back = line_start_after(data, hi - LOOKBACK, lo)
+        pending = open_before(data, back, hi) if back > lo else _open_after(data, lo, hi, pending)
+
+
+def _open_after(data: bytes, lo: int, hi: int, pending: Open) -> Open:
+    """The runtime streams open at ``hi`` after ``data[lo:hi]``, ``pending`` open at ``lo``."""
+    partials = python_partials(data, lo, hi)
+    return continuations(data, lo, hi, partials, pending)[1] if partials or pending else CLOSED
 
 
 class _SpooledScans:
@@ -480,8 +535,9 @@ class _SpooledScans:
         directory = self._directory.name
 
         def submitted() -> Iterator[Any]:  # runs in the reader thread
-            for item in spool.spooled(_pieces(fh), directory):
-                yield workers.apply_async(_scan_spooled, (item,))
+            opened: deque[Open] = deque()
+            for item in spool.spooled(_open_at_ends(_pieces(fh), opened), directory):
+                yield workers.apply_async(_scan_spooled, (item, opened.popleft()))
 
         self._results = read_ahead(submitted(), depth=2 * jobs)
 

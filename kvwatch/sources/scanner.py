@@ -28,6 +28,7 @@ import zlib
 from typing import Any
 
 from kvwatch.parse.logpatterns import PREFILTER_ANCHORS
+from kvwatch.sources.pieces import PARTIALS, partial_lines, python_partials
 
 ENV_VAR = "KVWATCH_SCANNER"  # "python" forces the pure-Python scanner; anything else: the best one
 
@@ -58,26 +59,53 @@ def _expression(anchors: tuple[bytes, ...]) -> bytes:
     return b"(?:" + b"|".join(re.escape(a) for a in anchors) + b")[^\n]*\n"
 
 
+def _expressions(anchors: tuple[bytes, ...]) -> list[bytes]:
+    """What one database finds: the anchors' candidate lines (id 0), then the partial entries of
+    a container runtime (ids 1.., kvwatch.sources.pieces), which cost the pass next to nothing."""
+    return [_expression(anchors), *PARTIALS]
+
+
+def database_key() -> bytes:
+    """The expressions of the database, as one key (its cache file is named by it)."""
+    return b"\0".join(_expressions(PREFILTER_ANCHORS))
+
+
+def _compile(hyperscan: Any, expressions: list[bytes]) -> Any:
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    multiline = hyperscan.HS_FLAG_MULTILINE  # "^" at every line start, as Python's re.MULTILINE
+    db.compile(
+        expressions=expressions,
+        ids=list(range(len(expressions))),
+        flags=[0, *(multiline for _ in expressions[1:])],
+    )
+    return db
+
+
 class _Hyperscan:
     """The anchors compiled into one Hyperscan block-mode database (compiled once per process)."""
 
     def __init__(self, hyperscan: Any, anchors: tuple[bytes, ...], db: Any = None) -> None:
         self.anchors = anchors
         if db is None:
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=[_expression(anchors)], ids=[0], flags=[0])
+            db = _compile(hyperscan, _expressions(anchors))
         self.db = db
         self.version = str(getattr(hyperscan, "__version__", "?"))
 
-    def find(self, data: bytes, spans: Spans, lo: int, hi: int) -> None:
-        """Add the span of every line in ``data[lo:hi]`` holding one of the anchors."""
+    def find(self, data: bytes, spans: Spans, lo: int, hi: int, partials: list[int] | None = None) -> None:
+        """Add the span of every line in ``data[lo:hi]`` holding one of the anchors, and to
+        ``partials`` the start of every partial runtime entry (ascending)."""
         if hi <= lo:
             return
         ends: list[int] = []
         append = ends.append
+        cut: list[int] = []
+        append_cut = cut.append
 
-        def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
-            append(to)
+        def on_match(id_: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            if id_:
+                append_cut(to)
+            else:
+                append(to)
 
         # A memoryview: the 16 MiB chunk is scanned in place, not copied.
         self.db.scan(memoryview(data)[lo:hi], match_event_handler=on_match)
@@ -85,6 +113,9 @@ class _Hyperscan:
         for to in ends:
             end = lo + to - 1  # the newline
             spans[max(lo, rfind(b"\n", lo, end) + 1)] = end
+        if partials is not None and cut:
+            # A partial entry's match lies within its line, from its start.
+            partials.extend(sorted({max(lo, rfind(b"\n", lo, lo + to) + 1) for to in cut}))
         # The expression needs the newline: a last line without one is checked here.
         if data[hi - 1 : hi] != b"\n":
             start = max(lo, rfind(b"\n", lo, hi) + 1)
@@ -93,11 +124,14 @@ class _Hyperscan:
                 spans[start] = hi
 
 
-# A short-lived interpreter that compiles the expression on stdin and writes the serialized database.
+# A short-lived interpreter that compiles the expressions on stdin (NUL-separated) and writes the
+# serialized database.
 _COMPILER = (
     "import sys, hyperscan\n"
+    "exprs = sys.stdin.buffer.read().split(bytes(1))\n"
     "db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)\n"
-    "db.compile(expressions=[sys.stdin.buffer.read()], ids=[0], flags=[0])\n"
+    "flags = [0] + [hyperscan.HS_FLAG_MULTILINE] * (len(exprs) - 1)\n"
+    "db.compile(expressions=exprs, ids=list(range(len(exprs))), flags=flags)\n"
     "sys.stdout.buffer.write(hyperscan.dumpb(db))\n"
 )
 _compile_elsewhere = False  # set by compile_out_of_process()
@@ -166,7 +200,7 @@ def _compiled() -> _Hyperscan | None:
         import hyperscan
     except ImportError:  # no wheel for this platform: the pure-Python scanner
         return None
-    expression = _expression(PREFILTER_ANCHORS)
+    expression = database_key()
     version = str(getattr(hyperscan, "__version__", "0"))
     path = cache_path(expression, version)
     db = _cached(hyperscan, path)
@@ -208,19 +242,23 @@ def _engine() -> _Hyperscan | None:
     return _compiled()
 
 
-def line_spans(data: bytes, lo: int = 0, hi: int | None = None) -> Spans:
-    """Start -> end of every line of ``data[lo:hi]`` that holds one of PREFILTER_ANCHORS.
+def line_spans(data: bytes, lo: int = 0, hi: int | None = None, partials: list[int] | None = None) -> Spans:
+    """Start -> end of every line of ``data[lo:hi]`` that holds one of PREFILTER_ANCHORS; and,
+    given ``partials``, the start of every partial container-runtime entry appended to it
+    (ascending; kvwatch.sources.pieces).
 
-    ``data[lo:hi]`` is whole lines (the last may lack its newline). The same spans whichever
-    scanner runs.
+    ``data[lo:hi]`` is whole lines (the last may lack its newline). The same spans and partials
+    whichever scanner runs.
     """
     hi = len(data) if hi is None else hi
     spans: Spans = {}
     engine = _engine()
     if engine is not None:
-        engine.find(data, spans, lo, hi)
+        engine.find(data, spans, lo, hi, partials)
     else:
         find_lines(data, PREFILTER_ANCHORS, spans, lo, hi)
+        if partials is not None:
+            partials.extend(python_partials(data, lo, hi))
     return spans
 
 
@@ -234,9 +272,10 @@ def name() -> str:
 _TEXT_ANCHORS = tuple(a.decode("ascii") for a in PREFILTER_ANCHORS)
 
 
-def anchored_lines(lines: list[str]) -> list[bool]:
+def anchored_lines(lines: list[str], partials: list[int] | None = None) -> list[bool]:
     """For each of ``lines`` (decoded, without their newlines): whether it holds one of
-    PREFILTER_ANCHORS, the same answer whichever scanner runs.
+    PREFILTER_ANCHORS, the same answer whichever scanner runs; and, given ``partials``, the index
+    of every line that is a partial container-runtime entry appended to it (ascending).
 
     The sidecar follows a log one batch of lines at a time; a line with no anchor holds no line
     kind of the pattern table, so the parser can pass it by (``LogParser.feed_lines``). The
@@ -250,9 +289,12 @@ def anchored_lines(lines: list[str]) -> list[bool]:
         # "replace": a lone surrogate (never produced by the UTF-8 decoder's "replace") cannot spell an anchor.
         data = "\n".join(lines).encode("utf-8", "replace") + b"\n"
     if engine is None or data.count(b"\n") != len(lines):  # no engine, or a line holding a newline
+        if partials is not None:
+            partials.extend(partial_lines(lines))
         return [any(a in line for a in _TEXT_ANCHORS) for line in lines]
     spans: Spans = {}
-    engine.find(data, spans, 0, len(data))
+    cut: list[int] | None = None if partials is None else []
+    engine.find(data, spans, 0, len(data), cut)
     hits = [False] * len(lines)
     index = 0
     prev = 0
@@ -261,4 +303,10 @@ def anchored_lines(lines: list[str]) -> list[bool]:
         index += count(b"\n", prev, start)
         prev = start
         hits[index] = True
+    if cut and partials is not None:
+        index = prev = 0
+        for start in cut:
+            index += count(b"\n", prev, start)
+            prev = start
+            partials.append(index)
     return hits
