@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -46,7 +46,18 @@ from kvwatch.records import (
     StatsRecord,
 )
 
-__all__ = ["LineScan", "LogParser", "StatsRow", "clean", "parse_line", "scan_line", "scan_line_compact", "stats_record"]
+__all__ = [
+    "EchoRuns",
+    "LineScan",
+    "LogParser",
+    "StatsRow",
+    "clean",
+    "parse_line",
+    "record_head",
+    "scan_line",
+    "scan_line_compact",
+    "stats_record",
+]
 
 FactValue = str | int | float | bool | None
 
@@ -774,6 +785,110 @@ def parse_line(text: str, lineno: int) -> list[LogRecord]:
     return scan_line(text, lineno).records
 
 
+# A message that holds a newline is written by vLLM's formatter as several physical lines, each
+# behind the message's own prefix: NewLineFormatter.format (vllm/logging_utils/formatter.py, read
+# in 0.32.0) does ``msg.replace("\n", "\r\n" + parts[0])``, ``parts[0]`` being all the formatted
+# record holds before the message (the process name and pid, level, time, file and line). When
+# that message holds a client's text (an exception that quotes a request, "Request %s failed (bad
+# request): %s."), a client's newline starts a line that looks like vLLM's own, with a header
+# whose logger may write errors (async_llm.py writes both). So a line is read as the rest of the
+# message before it when the lines just before it carry the very same prefix and one of them
+# holds a client's text: from the first echo of a message on, the message is the client's.
+# Lines from one call site in one second share a prefix too; an echo there makes the next such
+# line an echo all the same (the echo's marker is in the call site's format), so nothing of
+# vLLM's own is lost.
+_HEAD_WINDOW = 300  # a record's header starts within this many characters of its line
+
+
+def record_head(text: str) -> tuple[str | None, bool]:
+    """``(prefix, echoed)`` of a raw physical line: its text through its first vLLM header (after
+    any outer stamp, which each physical line gets anew), None if it has none near its start; and
+    whether a client's text begins on it (``provenance.echo_cut``)."""
+    cleaned = clean(text)
+    echoed = echo_cut(cleaned) < len(cleaned)
+    m = P.VLLM_HEADER.search(cleaned, 0, _HEAD_WINDOW)
+    if m is None:
+        return None, echoed
+    return cleaned[_outer_time(cleaned)[1] : m.end()], echoed
+
+
+class EchoRuns:
+    """Which lines continue a message whose earlier lines hold a client's text (see record_head).
+
+    A run is a stretch of consecutive lines with the same prefix; a line of a run that an earlier
+    line of it echoed is the client's. Lines are given by position (``text(pos)``, ``prev(pos)``:
+    the line before, None before the first one held), each read at most once.
+    """
+
+    __slots__ = ("_heads", "_prev", "_runs", "_text")
+
+    def __init__(self, text: Any, prev: Any) -> None:
+        self._text = text
+        self._prev = prev
+        self._heads: dict[Any, tuple[str | None, bool]] = {}
+        self._runs: dict[Any, bool | None] = {}  # echo at or before the line in its run; None: not known
+
+    def head(self, pos: Any, text: str | None = None) -> tuple[str | None, bool]:
+        """``record_head`` of the line at ``pos`` (``text``: its text, where the caller has it)."""
+        got = self._heads.get(pos)
+        if got is None:
+            got = self._heads[pos] = record_head(self._text(pos) if text is None else text)
+        return got
+
+    def echoed_before(self, pos: Any, head: str) -> bool | None:
+        """Whether a line before ``pos`` in its run (the lines just before it with prefix ``head``)
+        holds an echo: None when the lines held end first (the run began before them)."""
+        path: list[Any] = []
+        base: bool | None = None
+        p = self._prev(pos)
+        while p is not None:
+            h, _ = self.head(p)
+            if h != head:
+                base = False
+                break
+            if p in self._runs:
+                base = self._runs[p]
+                break
+            path.append(p)
+            p = self._prev(p)
+        for q in reversed(path):  # from the run's first held line on
+            if self.head(q)[1]:
+                base = True
+            self._runs[q] = base
+        return base if not path else self._runs[path[0]]
+
+    def tail(self, last: Any) -> tuple[str | None, bool | None]:
+        """``(prefix, echo)`` of the line ``last``: its prefix, and whether its run holds an echo up to
+        and including it (None: not within the lines held)."""
+        h, echoed = self.head(last)
+        if h is None:
+            return None, echoed
+        return h, True if echoed else self.echoed_before(last, h)
+
+
+def says_something(scan: LineScan) -> bool:
+    """Whether a line's scan gives the parser anything (a record, a line kind, a flag)."""
+    return bool(scan.records or scan.kinds or scan.shutdown or scan.stop_signal or scan.open_stats is not None)
+
+
+def _is_plain_stats(scan: LineScan, line: str) -> bool:
+    # The common stats layout is read apart from the run rule: its logger (vLLM's stats logger,
+    # v1/metrics/loggers.py) writes no client text, so no run of its prefix holds an echo.
+    return len(scan.records) == 1 and type(scan.records[0]) is StatsRecord and _plain_stats_row(line) is not None
+
+
+def _before_index(i: int) -> int | None:
+    return i - 1 if i > 0 else None
+
+
+def after_run(carried: tuple[str | None, bool], head: str | None, echo: bool | None) -> tuple[str | None, bool]:
+    """The state after a stretch of lines whose last one has prefix ``head`` and run echo ``echo``
+    (None: the run reaches back before the stretch, to ``carried``)."""
+    if echo is None:
+        echo = carried[0] is not None and carried[0] == head and carried[1]
+    return head, echo
+
+
 # vLLM logs its shutdown steps within a few lines of the EngineDeadError a stop provokes (the real
 # 0.32 seed run: "[shutdown] ... engine client stopped" on the next line).
 SHUTDOWN_NEAR_LINES = 200
@@ -818,12 +933,20 @@ class LogParser:
         self._any_content = False
         self._shutting_down = False
         self._dead: ErrorRecord | None = None  # an EngineDeadError waiting to see what follows
+        # The prefix of the last line read and whether its run holds a client's text (EchoRuns).
+        self._run: tuple[str | None, bool] = (None, False)
 
     def feed_line(self, line: str, lineno: int | None = None) -> list[LogRecord]:
         """Records completed by this line (a wrapped stats record is returned one line late)."""
         if lineno is None:
             lineno = self.lines + 1
-        return self.feed_scan(scan_line(line, lineno), lineno, line)
+        head, echoed = record_head(line)
+        same_run = head is not None and head == self._run[0]
+        scan = scan_line(line, lineno)
+        if same_run and self._run[1] and not _is_plain_stats(scan, line) and says_something(scan):
+            scan = LineScan()  # the rest of a message a client's text holds
+        self._run = (head, echoed or (same_run and self._run[1]))
+        return self.feed_scan(scan, lineno, line)
 
     def feed_scan(self, scan: LineScan | StatsRow, lineno: int, line: str) -> list[LogRecord]:
         """``feed_line`` for a line already scanned by ``scan_line``/``scan_line_compact`` (in a
@@ -881,7 +1004,7 @@ class LogParser:
         out.extend(scan.records)
         return out
 
-    def feed_lines(self, lines: Iterable[str], anchored: Iterable[bool]) -> list[LogRecord]:
+    def feed_lines(self, lines: Sequence[str], anchored: Iterable[bool]) -> list[LogRecord]:
         """``feed_line`` for consecutive lines, passing by those that can say nothing.
 
         ``anchored`` says, for each line, whether it holds one of ``logpatterns.PREFILTER_ANCHORS``
@@ -894,11 +1017,29 @@ class LogParser:
         line (tests/test_followed_lines.py compares them on every real log in every transport form).
         """
         out: list[LogRecord] = []
-        for line, hit in zip(lines, anchored, strict=True):
+        runs = EchoRuns(lines.__getitem__, _before_index)
+        for i, (line, hit) in enumerate(zip(lines, anchored, strict=True)):
             if hit or self._pending is not None or self._dead is not None or _may_open_record(line):
-                out.extend(self.feed_line(line))
+                lineno = self.lines + 1
+                row = _plain_stats_row(line)
+                if row is not None:
+                    rec = stats_record(row, lineno)
+                    scan = LineScan(records=[rec], ts=rec.ts)
+                else:
+                    scan = _scan_general(line, lineno)
+                if row is None and says_something(scan):
+                    head = runs.head(i)[0]
+                    if head is not None:
+                        echo = runs.echoed_before(i, head)
+                        if echo is None:  # the run began in an earlier batch
+                            echo = self._run[0] == head and self._run[1]
+                        if echo:
+                            scan = LineScan()  # the rest of a message a client's text holds
+                out.extend(self.feed_scan(scan, lineno, line))
             else:
                 self.lines += 1  # what feed_line does with a line that says nothing
+        if lines:
+            self._run = after_run(self._run, *runs.tail(len(lines) - 1))
         return out
 
     def feed_chunk(self, candidates: Iterable[tuple[int, str, LineScan | StatsRow]], base: int) -> list[LogRecord]:

@@ -31,7 +31,7 @@ import os
 import stat
 import sys
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 from itertools import chain, islice
@@ -40,7 +40,16 @@ from operator import attrgetter
 from typing import Any, BinaryIO, get_args
 
 from kvwatch.errors import UsageError
-from kvwatch.parse.log import MAX_WRAP_LINES, LineScan, LogParser, StatsRow, scan_line_compact
+from kvwatch.parse.log import (
+    MAX_WRAP_LINES,
+    EchoRuns,
+    LineScan,
+    LogParser,
+    StatsRow,
+    after_run,
+    says_something,
+    scan_line_compact,
+)
 from kvwatch.parse.logpatterns import STATS_START
 from kvwatch.parse.statsbytes import plain_stats_row
 from kvwatch.records import LogRecord, LogTime
@@ -71,6 +80,11 @@ class ChunkScan:
     nbytes: int
     candidates: list[tuple[int, str, LineScan | StatsRow]]
     open_streams: Open = CLOSED  # the runtime streams whose last entry here was a partial one
+    # Candidates (index, prefix) whose run of one vLLM prefix began before the chunk, and the
+    # prefix and run echo of its last line (log.EchoRuns; None: no line): the reader, who reads the
+    # chunks in order, decides them (LogInput.batches).
+    echo_pending: tuple[tuple[int, str], ...] = ()
+    echo_tail: tuple[str | None, bool | None] | None = None
 
 
 def _positional_reducer(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
@@ -108,8 +122,9 @@ def candidate_spans(
     return _candidate_spans(data, lo, len(data) if hi is None else hi, pending)[0]
 
 
-def _candidate_spans(data: bytes, lo: int, hi: int, pending: Open) -> tuple[dict[int, int], Open]:
-    """``candidate_spans``, and the runtime streams still open at ``hi``.
+def _candidate_spans(data: bytes, lo: int, hi: int, pending: Open) -> tuple[dict[int, int], Open, Sequence[int]]:
+    """``candidate_spans``, the runtime streams still open at ``hi`` and the starts of the
+    runtime's continuation pieces.
 
     A piece that continues an entry the container runtime cut (a long line stored as several
     entries) is no candidate, whatever it holds: it is the rest of the line its first piece
@@ -154,7 +169,7 @@ def _candidate_spans(data: bytes, lo: int, hi: int, pending: Open) -> tuple[dict
                 nxt = nend + 1
     for start in cont:  # after the hard-wrap lines: a continuation piece is no record's rest either
         spans.pop(start, None)
-    return spans, still_open
+    return spans, still_open, cont
 
 
 def candidate_lines(
@@ -166,7 +181,9 @@ def candidate_lines(
     ``pending`` of the bytes that follow.
     """
     hi = len(data) if hi is None else hi
-    spans, still_open = _candidate_spans(data, lo, hi, pending)
+    spans, still_open, cont = _candidate_spans(data, lo, hi, pending)
+    runs = _echo_runs(data, lo, hi, cont)
+    echo_pending: list[tuple[int, str]] = []
     candidates: list[tuple[int, str, LineScan | StatsRow]] = []
     line = 0
     prev = lo
@@ -183,6 +200,13 @@ def candidate_lines(
             continue
         text = data[start:end].decode("utf-8", "replace")
         scan = scan_line_compact(text, line + 1)
+        if isinstance(scan, LineScan) and says_something(scan):
+            head = runs.head(start, text)[0]
+            echo = runs.echoed_before(start, head) if head is not None else False
+            if echo:
+                continue  # the rest of a message a client's text holds (log.record_head)
+            if echo is None and head is not None:  # its run began before this chunk: the reader decides
+                echo_pending.append((len(candidates), head))
         # The text travels on only where LogParser may need it: the lines after an open record
         # (and a chunk's first line, whose predecessor is in the chunk before).
         candidates.append((line, text if line == 0 or line <= open_until else "", scan))
@@ -191,20 +215,30 @@ def candidate_lines(
     lines = line + count(b"\n", prev, hi)
     if hi > lo and data[hi - 1 : hi] != b"\n":
         lines += 1
-    return ChunkScan(lines, hi - lo, candidates, still_open)
+    tail = None
+    if hi > lo:
+        last = data.rfind(b"\n", lo, hi - 1 if data[hi - 1 : hi] == b"\n" else hi) + 1
+        tail = runs.tail(max(lo, last))
+    return ChunkScan(lines, hi - lo, candidates, still_open, tuple(echo_pending), tail)
 
 
-def _merge(scans: list[ChunkScan]) -> ChunkScan:
-    """Consecutive pieces as one chunk (line indices shifted by the lines before)."""
-    if len(scans) == 1:
-        return scans[0]
-    candidates: list[tuple[int, str, LineScan | StatsRow]] = []
-    lines = nbytes = 0
-    for sc in scans:
-        candidates.extend((rel + lines, text, scan) for rel, text, scan in sc.candidates)
-        lines += sc.lines
-        nbytes += sc.nbytes
-    return ChunkScan(lines, nbytes, candidates, scans[-1].open_streams)
+def _echo_runs(data: bytes, lo: int, hi: int, cont: Sequence[int]) -> EchoRuns:
+    """The runs of lines with one vLLM prefix in ``data[lo:hi]``, lines given by their starts (a
+    runtime's continuation piece reads as an empty line, as the sidecar reads it)."""
+    skip = frozenset(cont)
+    find, rfind = data.find, data.rfind
+
+    def text(pos: int) -> str:
+        if pos in skip:
+            return ""
+        end = find(b"\n", pos, hi)
+        end = hi if end == -1 else end
+        return data[pos : min(end, pos + MAX_LINE_BYTES)].decode("utf-8", "replace")
+
+    def before(pos: int) -> int | None:
+        return None if pos <= lo else max(lo, rfind(b"\n", lo, pos - 1) + 1)
+
+    return EchoRuns(text, before)
 
 
 @contextmanager
@@ -625,8 +659,16 @@ class LogInput:
         parser = LogParser()
         self.start()
         scans, self._started = self._started, None
+        run: tuple[str | None, bool] = (None, False)  # the prefix run the chunk before ended in
         for scan in scans or ():
-            batch = parser.feed_chunk(scan.candidates, self.lines)
+            candidates = scan.candidates
+            if scan.echo_pending and run[1]:
+                # Candidates whose run of one prefix began in an earlier chunk, which echoed it.
+                drop = {i for i, head in scan.echo_pending if head == run[0]}
+                candidates = [c for i, c in enumerate(candidates) if i not in drop]
+            if scan.echo_tail is not None:
+                run = after_run(run, *scan.echo_tail)
+            batch = parser.feed_chunk(candidates, self.lines)
             self.lines += scan.lines
             self.bytes += scan.nbytes
             if self.progress is not None:

@@ -1,0 +1,175 @@
+"""A client's newline inside a message vLLM logs starts no line of vLLM's own.
+
+vLLM's NewLineFormatter writes every line of a multi-line message behind the message's own prefix
+(process, level, time, file and line). When the message quotes a client (a request that failed
+validation, its stop string holding newlines), each client line after a newline looks like a
+vLLM line from async_llm.py, a logger that also writes engine deaths: a red-team review had an
+EngineDeadError and an OOM forged that way, and the diagnosis turned to "oom_while_serving".
+
+``tests/fixtures/vllm-cpu-newline`` was written by vLLM 0.32.0's own logging (its README):
+``echoes.log`` holds the API server's failed-request messages with such stop strings, each
+followed by a genuine vLLM line; ``genuine.log`` holds vLLM's own multi-line error, an
+EngineCore start failure with its torch.OutOfMemoryError traceback, which must still count.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvwatch.batch import analyze_paths
+from kvwatch.parse.log import LogParser
+from kvwatch.reconcile.live import LiveState
+from kvwatch.records import ErrorRecord, LogRecord
+from kvwatch.sidecar import Sidecar
+from kvwatch.sources import files, scanner
+from tests.transport_forms import FORMS
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SEED_LOG = FIXTURES / "vllm-cpu-seed" / "server.log"
+ECHOES = FIXTURES / "vllm-cpu-newline" / "echoes.log"
+GENUINE = FIXTURES / "vllm-cpu-newline" / "genuine.log"
+NEUTRAL = "(APIServer pid=10964) INFO 11-29 14:45:08 [x.py:1] hello"
+SHIPPED = ["docker-json-file", "cri-pod-log-file", "docker-timestamps", "kubectl-prefix", "crlf"]
+
+
+@pytest.fixture(autouse=True)
+def _years_from_the_lines_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A year taken from a file's modification time belongs to the file, not to its lines (stdin
+    has none), so it is left out (as in test_one_reading)."""
+    from kvwatch.reconcile import evidence
+
+    real = evidence.infer_years
+
+    def lines_only(doc: dict[str, Any], *, created: float | None, log_mtime: float | None) -> None:
+        real(doc, created=created, log_mtime=None)
+
+    monkeypatch.setattr(evidence, "infer_years", lines_only)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8").split("\n")[:-1]  # the "\r" vLLM wrote stays
+
+
+def _every_line(lines: list[str]) -> list[LogRecord]:
+    parser = LogParser()
+    return [r for n, line in enumerate(lines, 1) for r in parser.feed_line(line, n)] + parser.finish()
+
+
+def _followed(lines: list[str], batch: int) -> list[LogRecord]:
+    seen: list[LogRecord] = []
+    state = LiveState(scrape_interval=10.0)
+    real = state.on_log_record
+
+    def record(rec: LogRecord, now: float) -> Any:
+        seen.append(rec)
+        return real(rec, now)
+
+    state.on_log_record = record  # type: ignore[method-assign]
+    sidecar = Sidecar(state, parser=LogParser(), lines=None, scraper=None, listen="127.0.0.1:0")
+    try:
+        for k in range(0, len(lines), batch):
+            sidecar.feed_lines(lines[k : k + batch])
+        sidecar.flush_parser()
+    finally:
+        sidecar.server.close()
+    return seen
+
+
+def _doc(path: Path | str, jobs: int = 1) -> dict[str, Any]:
+    doc = analyze_paths([str(path)], jobs=jobs)
+    for entry in doc["inputs"]:
+        entry.pop("path")
+        entry.pop("bytes")  # the harmless lines are shorter
+    return doc
+
+
+def test_the_fixture_is_vllms_formatter_output() -> None:
+    text = ECHOES.read_bytes().decode("utf-8")
+    # every client newline became "\r\n" and the message's prefix, as NewLineFormatter writes
+    assert text.count("\r\n(APIServer pid=") >= 30
+    assert "[async_llm.py:795] vllm.v1.engine.exceptions.EngineDeadError" in text
+    assert "[async_llm.py:819] torch.OutOfMemoryError: CUDA out of memory" in text
+
+
+@pytest.mark.parametrize("batch", [1, 2, 1000])
+def test_a_clients_lines_inside_vllms_message_give_no_record(batch: int) -> None:
+    lines = _lines(ECHOES)
+    assert _every_line(lines) == []
+    assert _followed(lines, batch) == []
+    doc = analyze_paths([str(ECHOES)])
+    assert doc["errors"] == []
+    assert doc["errors_total"] == 0
+    assert doc["runs"] == 1
+
+
+@pytest.mark.parametrize("batch", [1, 3, 1000])
+def test_vllms_own_multi_line_error_still_counts(batch: int) -> None:
+    lines = _lines(GENUINE)
+    records = _every_line(lines)
+    assert [r.kind for r in records if isinstance(r, ErrorRecord)] == ["other", "oom"]
+    assert _followed(lines, batch) == records
+    doc = analyze_paths([str(GENUINE)])
+    assert doc["diagnosis"]["cause"] == "oom_at_start"
+
+
+def _mixed(tmp_path: Path, form: str | None) -> tuple[Path, Path]:
+    """The seed run with echoes.log mid-run, and with as many harmless lines there instead."""
+    seed = _lines(SEED_LOG)
+    echoes = _lines(ECHOES)
+    at = 120
+    mixed = [*seed[:at], *echoes, *_lines(GENUINE), *seed[at:]]
+    plain = [*seed[:at], *([NEUTRAL] * len(echoes)), *_lines(GENUINE), *seed[at:]]
+    out = []
+    for name, lines in (("mixed", mixed), ("plain", plain)):
+        if form is not None:
+            wrap, end = FORMS[form]
+            text = end.join(wrap(i, line.rstrip("\r")) for i, line in enumerate(lines)) + end
+        else:
+            text = "\n".join(lines) + "\n"
+        path = tmp_path / f"{name}.log"
+        path.write_text(text, encoding="utf-8")
+        out.append(path)
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("form", [None, *SHIPPED])
+def test_the_echoes_change_no_document_and_the_genuine_error_counts(form: str | None, tmp_path: Path) -> None:
+    mixed, plain = _mixed(tmp_path, form)
+    doc = _doc(mixed)
+    assert doc == _doc(plain)
+    assert doc["runs"] == 1
+    assert doc["capacity"]["kv_cache_tokens"] == 40960
+    assert doc["errors_total"] == 2  # genuine.log's start failure and its OOM
+    lines = mixed.read_text(encoding="utf-8").split("\n")[:-1]
+    assert _followed(lines, 7) == _followed(plain.read_text(encoding="utf-8").split("\n")[:-1], 7)
+
+
+@pytest.mark.parametrize("scanner_name", ["best", "python"])
+@pytest.mark.parametrize("chunk", [1 << 10, 2 << 10, 4 << 10])
+def test_a_message_cut_between_chunks_reads_alike_by_every_path(
+    chunk: int, scanner_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks far smaller than a message: its run begins in one chunk and goes on in the next
+    (the reader carries the run's state from chunk to chunk, in order)."""
+    if scanner_name == "python":
+        monkeypatch.setenv(scanner.ENV_VAR, "python")
+    mixed, plain = _mixed(tmp_path, None)
+    whole = _doc(plain)
+    monkeypatch.setattr(files, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(files, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(files, "RANGE_SLACK", 64)
+    with mixed.open("rb") as fh:  # some chunk starts inside a message: its reader decides that line
+        assert sum(len(scan.echo_pending) for scan in files._serial_scans(fh, "plain")) > 0
+    assert _doc(mixed) == whole
+    assert _doc(mixed, jobs=2) == whole
+    gz = tmp_path / "mixed.log.gz"
+    gz.write_bytes(gzip.compress(mixed.read_bytes()))
+    assert _doc(gz, jobs=2) == whole
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(mixed.read_bytes()), newline=""))
+    assert _doc("-") == whole
