@@ -163,3 +163,29 @@ def recorded_calibration(d: Path) -> Any:
         assert point is not None
         points.append(point)
     return calibrate(analyze_paths([str(d / "server.log")]), points)
+
+
+def followed_records(lines: list[str], batch: int) -> list[Any]:
+    """The records a sidecar (no threads, no scraper) applies when it follows ``lines``, ``batch``
+    lines at a time, as its tail hands them over."""
+    from kvwatch.parse.log import LogParser
+    from kvwatch.reconcile.live import LiveState
+    from kvwatch.sidecar import Sidecar
+
+    seen: list[Any] = []
+    state = LiveState(scrape_interval=10.0)
+    real = state.on_log_record
+
+    def record(rec: Any, now: float) -> Any:
+        seen.append(rec)
+        return real(rec, now)
+
+    state.on_log_record = record  # type: ignore[method-assign]
+    sidecar = Sidecar(state, parser=LogParser(), lines=None, scraper=None, listen="127.0.0.1:0")
+    try:
+        for k in range(0, len(lines), batch):
+            sidecar.feed_lines(lines[k : k + batch])
+        sidecar.flush_parser()
+    finally:
+        sidecar.server.close()
+    return seen

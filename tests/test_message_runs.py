@@ -24,10 +24,9 @@ import pytest
 
 from kvwatch.batch import analyze_paths
 from kvwatch.parse.log import LogParser
-from kvwatch.reconcile.live import LiveState
 from kvwatch.records import ErrorRecord, LogRecord
-from kvwatch.sidecar import Sidecar
 from kvwatch.sources import files, scanner
+from tests.helpers import followed_records
 from tests.transport_forms import FORMS
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -62,23 +61,7 @@ def _every_line(lines: list[str]) -> list[LogRecord]:
 
 
 def _followed(lines: list[str], batch: int) -> list[LogRecord]:
-    seen: list[LogRecord] = []
-    state = LiveState(scrape_interval=10.0)
-    real = state.on_log_record
-
-    def record(rec: LogRecord, now: float) -> Any:
-        seen.append(rec)
-        return real(rec, now)
-
-    state.on_log_record = record  # type: ignore[method-assign]
-    sidecar = Sidecar(state, parser=LogParser(), lines=None, scraper=None, listen="127.0.0.1:0")
-    try:
-        for k in range(0, len(lines), batch):
-            sidecar.feed_lines(lines[k : k + batch])
-        sidecar.flush_parser()
-    finally:
-        sidecar.server.close()
-    return seen
+    return followed_records(lines, batch)
 
 
 def _doc(path: Path | str, jobs: int = 1) -> dict[str, Any]:

@@ -28,11 +28,9 @@ from typing import Any
 import pytest
 
 from kvwatch.batch import analyze_paths
-from kvwatch.parse.log import LogParser
-from kvwatch.reconcile.live import LiveState
 from kvwatch.records import LogRecord
-from kvwatch.sidecar import Sidecar
 from kvwatch.sources import files, pieces, scanner
+from tests.helpers import followed_records
 
 SEED_LOG = Path(__file__).parent / "fixtures" / "vllm-cpu-seed" / "server.log"
 PIECE = 16 * 1024  # moby Copier bufSize; containerd's default max_container_log_line_size
@@ -180,24 +178,7 @@ def test_stdin_reads_the_pieces_as_one_line(tmp_path: Path, monkeypatch: pytest.
 
 def _followed(data: bytes, batch: int) -> list[LogRecord]:
     """The records the sidecar applies, following ``data`` ``batch`` lines at a time."""
-    seen: list[LogRecord] = []
-    state = LiveState(scrape_interval=10.0)
-    real = state.on_log_record
-
-    def record(rec: LogRecord, now: float) -> Any:
-        seen.append(rec)
-        return real(rec, now)
-
-    state.on_log_record = record  # type: ignore[method-assign]
-    sidecar = Sidecar(state, parser=LogParser(), lines=None, scraper=None, listen="127.0.0.1:0")
-    lines = data.decode().split("\n")[:-1]
-    try:
-        for k in range(0, len(lines), batch):
-            sidecar.feed_lines(lines[k : k + batch])
-        sidecar.flush_parser()
-    finally:
-        sidecar.server.close()
-    return seen
+    return followed_records(data.decode().split("\n")[:-1], batch)
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 1000])
