@@ -871,12 +871,6 @@ def says_something(scan: LineScan) -> bool:
     return bool(scan.records or scan.kinds or scan.shutdown or scan.stop_signal or scan.open_stats is not None)
 
 
-def _is_plain_stats(scan: LineScan, line: str) -> bool:
-    # The common stats layout is read apart from the run rule: its logger (vLLM's stats logger,
-    # v1/metrics/loggers.py) writes no client text, so no run of its prefix holds an echo.
-    return len(scan.records) == 1 and type(scan.records[0]) is StatsRecord and _plain_stats_row(line) is not None
-
-
 def _before_index(i: int) -> int | None:
     return i - 1 if i > 0 else None
 
@@ -938,15 +932,7 @@ class LogParser:
 
     def feed_line(self, line: str, lineno: int | None = None) -> list[LogRecord]:
         """Records completed by this line (a wrapped stats record is returned one line late)."""
-        if lineno is None:
-            lineno = self.lines + 1
-        head, echoed = record_head(line)
-        same_run = head is not None and head == self._run[0]
-        scan = scan_line(line, lineno)
-        if same_run and self._run[1] and not _is_plain_stats(scan, line) and says_something(scan):
-            scan = LineScan()  # the rest of a message a client's text holds
-        self._run = (head, echoed or (same_run and self._run[1]))
-        return self.feed_scan(scan, lineno, line)
+        return self._feed([line], (True,), lineno)
 
     def feed_scan(self, scan: LineScan | StatsRow, lineno: int, line: str) -> list[LogRecord]:
         """``feed_line`` for a line already scanned by ``scan_line``/``scan_line_compact`` (in a
@@ -1016,17 +1002,23 @@ class LogParser:
         throughput:" (``_may_open_record``). The records are exactly ``feed_line``'s, line by
         line (tests/test_followed_lines.py compares them on every real log in every transport form).
         """
+        return self._feed(lines, anchored, None)
+
+    def _feed(self, lines: Sequence[str], anchored: Iterable[bool], first: int | None) -> list[LogRecord]:
+        """``feed_lines``, the first line numbered ``first`` (the next one when None)."""
         out: list[LogRecord] = []
         runs = EchoRuns(lines.__getitem__, _before_index)
         for i, (line, hit) in enumerate(zip(lines, anchored, strict=True)):
             if hit or self._pending is not None or self._dead is not None or _may_open_record(line):
-                lineno = self.lines + 1
+                lineno = self.lines + 1 if first is None else first + i
                 row = _plain_stats_row(line)
                 if row is not None:
                     rec = stats_record(row, lineno)
                     scan = LineScan(records=[rec], ts=rec.ts)
                 else:
                     scan = _scan_general(line, lineno)
+                # The common stats layout is read apart from the run rule: its logger (vLLM's
+                # stats logger, v1/metrics/loggers.py) writes no client text.
                 if row is None and says_something(scan):
                     head = runs.head(i)[0]
                     if head is not None:

@@ -304,16 +304,17 @@ def _scan_range_lines(path: str, start: int, end: int) -> ChunkScan:
     return candidate_lines(buf, True, lo, hi, open_before(buf, 0 if c0 == 0 else 1, lo))
 
 
-def open_before(data: bytes, lo: int, at: int) -> Open:
-    """The runtime streams open at the line start ``at``, read from ``data[lo:at]`` (from its
-    first line start on, every stream taken as closed there: see kvwatch.sources.pieces)."""
+def open_before(data: bytes, lo: int, at: int, pending: Open = CLOSED) -> Open:
+    """The runtime streams open at the line start ``at``, read from ``data[lo:at]`` from its first
+    line start on, with ``pending`` open there (by default every stream is taken as closed there:
+    see kvwatch.sources.pieces)."""
     lo = line_start_after(data, lo, 0)
     if lo >= at:
-        return CLOSED
+        return pending
     # A few finds over the look-back (the same partial entries the compiled scanner finds, which
     # would also build the spans of every anchor there for nothing).
     partials = python_partials(data, lo, at)
-    return continuations(data, lo, at, partials)[1] if partials else CLOSED
+    return continuations(data, lo, at, partials, pending)[1] if partials or pending else CLOSED
 
 
 Piece = tuple[bytes, int, int]  # data, lo, hi: the complete lines data[lo:hi]
@@ -543,13 +544,7 @@ def _open_at_ends(pieces: Iterator[Piece], opened: deque[Open]) -> Iterator[Piec
         opened.append(pending)
         yield data, lo, hi
         back = line_start_after(data, hi - LOOKBACK, lo)
-        pending = open_before(data, back, hi) if back > lo else _open_after(data, lo, hi, pending)
-
-
-def _open_after(data: bytes, lo: int, hi: int, pending: Open) -> Open:
-    """The runtime streams open at ``hi`` after ``data[lo:hi]``, ``pending`` open at ``lo``."""
-    partials = python_partials(data, lo, hi)
-    return continuations(data, lo, hi, partials, pending)[1] if partials or pending else CLOSED
+        pending = open_before(data, back, hi, pending if back == lo else CLOSED)
 
 
 class _SpooledScans:
