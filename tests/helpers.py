@@ -7,6 +7,7 @@ raced a fixed deadline failed there while the code was right.
 
 from __future__ import annotations
 
+import itertools
 import signal
 import socket
 import subprocess
@@ -165,9 +166,9 @@ def recorded_calibration(d: Path) -> Any:
     return calibrate(analyze_paths([str(d / "server.log")]), points)
 
 
-def followed_records(lines: list[str], batch: int) -> list[Any]:
+def followed_records(lines: list[str], batch: int, cut: int | None = None) -> list[Any]:
     """The records a sidecar (no threads, no scraper) applies when it follows ``lines``, ``batch``
-    lines at a time, as its tail hands them over."""
+    lines at a time, as its tail hands them over (``cut``: a batch also ends before that line)."""
     from kvwatch.parse.log import LogParser
     from kvwatch.reconcile.live import LiveState
     from kvwatch.sidecar import Sidecar
@@ -183,8 +184,9 @@ def followed_records(lines: list[str], batch: int) -> list[Any]:
     state.on_log_record = record  # type: ignore[method-assign]
     sidecar = Sidecar(state, parser=LogParser(), lines=None, scraper=None, listen="127.0.0.1:0")
     try:
-        for k in range(0, len(lines), batch):
-            sidecar.feed_lines(lines[k : k + batch])
+        bounds = sorted({*range(0, len(lines), batch), *(() if cut is None else (cut,)), len(lines)})
+        for k, end in itertools.pairwise(bounds):
+            sidecar.feed_lines(lines[k:end])
         sidecar.flush_parser()
     finally:
         sidecar.server.close()

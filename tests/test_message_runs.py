@@ -10,6 +10,13 @@ EngineDeadError and an OOM forged that way, and the diagnosis turned to "oom_whi
 ``echoes.log`` holds the API server's failed-request messages with such stop strings, each
 followed by a genuine vLLM line; ``genuine.log`` holds vLLM's own multi-line error, an
 EngineCore start failure with its torch.OutOfMemoryError traceback, which must still count.
+
+``tests/fixtures/vllm-cpu-traceback`` is a real vLLM 0.32.0 server run (its README): streaming
+requests whose JSON schema's "type" holds newlines and lines that read as a CUDA OOM and an
+EngineDeadError. The tracebacks the stream generators log (serving.py:500, :929) quote it in
+every exception of their chain, behind the API server's prefix; uvicorn prints the /v1/responses
+one raw, after "Exception in ASGI application". kvwatch before the fix read 17 forged errors from
+the run and called it "oom_while_serving"; the server never ran out of memory and kept serving.
 """
 
 from __future__ import annotations
@@ -33,8 +40,24 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SEED_LOG = FIXTURES / "vllm-cpu-seed" / "server.log"
 ECHOES = FIXTURES / "vllm-cpu-newline" / "echoes.log"
 GENUINE = FIXTURES / "vllm-cpu-newline" / "genuine.log"
+TRACEBACKS = FIXTURES / "vllm-cpu-traceback"
+TRACEBACK_RUN = TRACEBACKS / "server.log"
+# The excerpts of that run: its three requests' tracebacks that quote the client, and the control
+# (the same text without newlines).
+FORGED = [TRACEBACKS / f"{name}.log" for name in ("forged", "forged-chat", "responses")]
+CONTROL = TRACEBACKS / "control.log"
 NEUTRAL = "(APIServer pid=10964) INFO 11-29 14:45:08 [x.py:1] hello"
-SHIPPED = ["docker-json-file", "cri-pod-log-file", "docker-timestamps", "kubectl-prefix", "crlf"]
+SHIPPED = [
+    "docker-json-file",
+    "cri-pod-log-file",
+    "docker-timestamps",
+    "kubectl-prefix",
+    "kubectl-prefix-and-timestamps",
+    "journald",
+    "docker-compose",
+    "colour-levels",
+    "crlf",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -80,12 +103,15 @@ def test_the_fixture_is_vllms_formatter_output() -> None:
     assert "[async_llm.py:819] torch.OutOfMemoryError: CUDA out of memory" in text
 
 
-@pytest.mark.parametrize("batch", [1, 2, 1000])
-def test_a_clients_lines_inside_vllms_message_give_no_record(batch: int) -> None:
-    lines = _lines(ECHOES)
+@pytest.mark.parametrize("path", [ECHOES, *FORGED], ids=lambda p: p.stem)
+@pytest.mark.parametrize("batch", [1, 2, 3, 1000])
+def test_a_clients_lines_inside_vllms_message_give_no_record(path: Path, batch: int) -> None:
+    """A failed request's message (echoes.log) and the tracebacks of the real run (each excerpt
+    alone, from its first line: the error record's message, or uvicorn's ASGI error line)."""
+    lines = _lines(path)
     assert _every_line(lines) == []
     assert _followed(lines, batch) == []
-    doc = analyze_paths([str(ECHOES)])
+    doc = analyze_paths([str(path)])
     assert doc["errors"] == []
     assert doc["errors_total"] == 0
     assert doc["runs"] == 1
@@ -102,9 +128,10 @@ def test_vllms_own_multi_line_error_still_counts(batch: int) -> None:
 
 
 def _mixed(tmp_path: Path, form: str | None) -> tuple[Path, Path]:
-    """The seed run with echoes.log mid-run, and with as many harmless lines there instead."""
+    """The seed run with echoes.log and the forged tracebacks mid-run, and with as many harmless
+    lines there instead."""
     seed = _lines(SEED_LOG)
-    echoes = _lines(ECHOES)
+    echoes = [*_lines(ECHOES), *(line for path in FORGED for line in _lines(path))]
     at = 120
     mixed = [*seed[:at], *echoes, *_lines(GENUINE), *seed[at:]]
     plain = [*seed[:at], *([NEUTRAL] * len(echoes)), *_lines(GENUINE), *seed[at:]]
@@ -156,3 +183,74 @@ def test_a_message_cut_between_chunks_reads_alike_by_every_path(
     assert _doc(gz, jobs=2) == whole
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(mixed.read_bytes()), newline=""))
     assert _doc("-") == whole
+
+
+def test_the_traceback_fixture_is_vllms_and_uvicorns_output() -> None:
+    run = TRACEBACK_RUN.read_bytes().decode("utf-8")
+    forged = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    # behind vLLM's prefix (NewLineFormatter's "\r\n" + prefix), three times per traceback
+    assert run.count(f"[serving.py:500] {forged}") == 3
+    assert run.count(f"[serving.py:929] {forged}") == 3
+    # and raw in uvicorn's, after its ASGI error line
+    assert run.count(f"\n{forged}") == 3
+    assert "\nERROR:    Exception in ASGI application\n" in run
+    for path in (*FORGED, CONTROL):  # the excerpts are slices of the run
+        assert path.read_bytes() in TRACEBACK_RUN.read_bytes()
+
+
+def test_the_run_with_the_forged_tracebacks_shows_no_crash() -> None:
+    doc = analyze_paths([str(TRACEBACK_RUN)])
+    assert doc["errors_total"] == 0  # not one forged OOM or engine death (the README's truth)
+    assert doc["diagnosis"]["cause"] not in ("oom_while_serving", "engine_dead", "crashed")
+    assert doc["runs"] == 1
+    assert doc["capacity"]["kv_cache_tokens"] == 1048576  # the lines around them still read
+    # the control, whose text has no newline, reads alike
+    assert _every_line(_lines(CONTROL)) == []
+
+
+def test_a_crashs_raw_traceback_still_counts_every_exception() -> None:
+    """A traceback no ASGI error began is vLLM's own: its chained exceptions are records (the
+    recorded start failure: the API server's RuntimeError, printed raw at exit, line 201)."""
+    log = FIXTURES / "incidents" / "recorded" / "kv-space-v032-larger-than-ram" / "server.log"
+    doc = analyze_paths([str(log)])
+    assert [(e["line"], e["message"][:40]) for e in doc["errors"]] == [
+        (48, "Available memory on node 0 (15.92/17.59 "),
+        (57, "EngineCore failed to start."),
+        (201, "Engine core initialization failed."),
+    ]
+    # the worker's repeated ValueError (its traceback printed twice in one message, line 55) is
+    # that message's rest, read once
+    assert doc["errors_total"] == 3
+
+
+def _split_docs(path: Path, at: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The document of ``path`` read as two chunks, the second starting at line ``at`` (0-based)."""
+    data = path.read_bytes()
+    cut = 0
+    for _ in range(at):
+        cut = data.index(b"\n", cut) + 1
+
+    def two_pieces(fh: Any) -> Any:
+        whole = fh.read()
+        yield whole, 0, cut
+        yield whole, cut, len(whole)
+
+    with monkeypatch.context() as m:
+        m.setattr(files, "_pieces", two_pieces)
+        return _doc(path)
+
+
+def test_a_traceback_cut_at_any_line_reads_alike_by_file_and_sidecar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every chunk boundary inside the run's tracebacks (between a frame and its exception line,
+    between an ASGI error line and its traceback, inside the client's lines): the reader carries
+    what the run before holds; so does the sidecar from batch to batch."""
+    lines = _lines(TRACEBACK_RUN)
+    whole = _doc(TRACEBACK_RUN)
+    followed = _followed(lines, 1000)
+    assert whole["errors_total"] == 0
+    first, last = 94, 369  # the four requests (the README's table)
+    for at in range(first - 1, last):
+        assert _split_docs(TRACEBACK_RUN, at, monkeypatch) == whole, f"cut before line {at + 1}"
+        assert followed_records(lines, 1000, cut=at) == followed, f"batch cut before line {at + 1}"
+    for batch in (1, 2, 3, 5, 7):
+        assert _followed(lines, batch) == followed

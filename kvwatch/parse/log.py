@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvwatch.parse import logpatterns as P
 from kvwatch.parse.paste import WEB_SPACES
@@ -47,11 +47,17 @@ from kvwatch.records import (
 )
 
 __all__ = [
+    "ECHOED",
     "EchoRuns",
+    "Head",
     "LineScan",
     "LogParser",
+    "RunState",
+    "RunTail",
     "StatsRow",
+    "after_run",
     "clean",
+    "lead_level",
     "parse_line",
     "record_head",
     "scan_line",
@@ -797,73 +803,229 @@ def parse_line(text: str, lineno: int) -> list[LogRecord]:
 # Lines from one call site in one second share a prefix too; an echo there makes the next such
 # line an echo all the same (the echo's marker is in the call site's format), so nothing of
 # vLLM's own is lost.
+#
+# A traceback is part of the message too: ``logger.exception`` (Formatter.format appends
+# ``exc_text``, which NewLineFormatter then splits the same way) writes it behind the same prefix,
+# and its exception line holds the exception's message, which may quote a client. vLLM 0.32.0's
+# stream generators log ``logger.exception("Error in completion stream generator.")``
+# (entrypoints/openai/completion/serving.py:500, chat_completion/serving.py:929) for an error
+# whose message is xgrammar's, quoting the request's JSON schema (v1/structured_output/
+# backend_xgrammar.py:468, backend_guidance.py:386): a newline in the schema starts lines behind
+# the API server's prefix (recorded: tests/fixtures/vllm-cpu-traceback). Python prints the root
+# cause's traceback first (traceback.TracebackException.format: the chain oldest first), so the
+# first exception line after the frames, a line that follows an indented one (a frame, its
+# source, a caret line), is vLLM's own, and the client's text begins at its message: it is an
+# echo, read up to itself, and the rest of the run (the message's other lines, the exceptions
+# chained to it, which repeat it) is the client's.
+#
+# A traceback printed without vLLM's prefix forms a run of its own, of lines with no header (RAW),
+# where only this rule holds, and only after uvicorn's "Exception in ASGI application" (uvicorn/
+# protocols/http/httptools_impl.py:424, h11_impl.py:411, logged with uvicorn's own
+# "%(levelprefix)s %(message)s"): the error of a request, whose message may quote it (the
+# recorded /v1/responses stream: its generator lets the error through to uvicorn). A raw traceback
+# of a crash (multiprocessing's "Process EngineCore_DP0:", an uncaught exception at exit) is read
+# as before: its chained exceptions are vLLM's (line 201 of the recorded kv-space start failure).
 _HEAD_WINDOW = 300  # a record's header starts within this many characters of its line
+RAW = ""  # the run key of a line with no vLLM header
+
+# A message's first line (after the header; the whole line for RAW), as the run rule sees it.
+_INDENTED, _EXCEPTION, _ANNOUNCE, _OTHER = 1, 2, 3, 0
+# An exception line as traceback.format_exception_only writes it: "ValueError: ...", a dotted
+# "torch.OutOfMemoryError: ...", a bare "KeyboardInterrupt", Ray's "RayTaskError(ValueError): ...".
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:\([\w.]*\))?(?:: |:?$)")
+_ASGI_ERROR = re.compile(r"ERROR: +Exception in ASGI application$")
+# What a log's transport writes before a line, after the stamp ``_outer_time`` reads (each line
+# gets them anew, so they are no part of its run's key): the kubelet's CRI stream and tag
+# ("stderr F "), ``kubectl logs --prefix``'s "[pod/NAME/CONTAINER] " (and the stamp of
+# --timestamps after it), journald's syslog prefix ("Nov 29 14:05:09 host vllm[4711]: "), docker
+# compose's "name  | ". (stern's "pod container " is not told from a message's words: behind it
+# a raw line's shape is not read, and a raw traceback there reads as before.)
+_TRANSPORT_LEAD = re.compile(
+    r"(?:(?:stdout|stderr) [FP] )?(?:\[pod/[^\]\s]+\] )?(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? )?"
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: )?(?:[\w.-]+ +\| )?"
+)
+
+# What a run of lines holds so far: nothing; (RAW) a request's traceback; a client's text.
+CLEAR, ANNOUNCED, ECHOED = 0, 1, 2
+# What a line does to its run: a client's text begins on it (echo_cut, a headed run); it is an
+# ASGI error line; an exception line after an indented line; an exception line first in a stretch
+# (whether an indented line came before it is the stretch before's to say).
+_CUT, _ANNOUNCES, _EXC, _FIRST_EXC = 1, 2, 3, 4
 
 
-def record_head(text: str) -> tuple[str | None, bool]:
-    """``(prefix, echoed)`` of a raw physical line: its text through its first vLLM header (after
-    any outer stamp, which each physical line gets anew), None if it has none near its start; and
-    whether a client's text begins on it (``provenance.echo_cut``)."""
+class Head(NamedTuple):
+    """What ``record_head`` reads off a physical line."""
+
+    key: str  # its text through its first vLLM header (its prefix), RAW if none near its start
+    echoed: bool  # a client's text begins on it (provenance.echo_cut)
+    shape: int  # its message: _INDENTED, an _EXCEPTION line, an ASGI error (_ANNOUNCE), _OTHER
+
+
+class RunState(NamedTuple):
+    """The run a stretch of lines ended in: its key (None: no line yet), what it holds (CLEAR,
+    ANNOUNCED, ECHOED), and whether its last line's message is indented (an exception line may
+    follow)."""
+
+    key: str | None = None
+    level: int = CLEAR
+    indented: bool = False
+
+
+class RunTail(NamedTuple):
+    """What a stretch of lines (a chunk, a batch) tells the reader of the stretch after it."""
+
+    key: str  # the last line's run key
+    level: int | None  # what its run holds through it; None: the run began before the stretch,
+    # and ``lead`` says what its lines did to it
+    indented: bool  # the last line's message is indented
+    lead: tuple[int, ...]  # what the lines of the stretch's leading run did to it, in order (those
+    # read: up to the last candidate in it, or all of it when the last line is in it)
+
+
+def record_head(text: str) -> Head:
+    """The ``Head`` of a physical line as read (its key: from after its transport's lead, which
+    each physical line gets anew, through its vLLM header)."""
     cleaned = clean(text)
     echoed = echo_cut(cleaned) < len(cleaned)
-    m = P.VLLM_HEADER.search(cleaned, 0, _HEAD_WINDOW)
+    lead = _TRANSPORT_LEAD.match(cleaned, _outer_time(cleaned)[1])
+    begin = lead.end() if lead is not None else 0  # it matches "" too
+    m = P.VLLM_HEADER.search(cleaned, begin, begin + _HEAD_WINDOW)
     if m is None:
-        return None, echoed
-    return cleaned[_outer_time(cleaned)[1] : m.end()], echoed
+        if _ASGI_ERROR.match(cleaned, begin) is not None:
+            return Head(RAW, echoed, _ANNOUNCE)
+        start, key = begin, RAW
+    else:
+        start = m.end()
+        key = cleaned[begin:start]
+    if cleaned[start : start + 1].isspace():
+        shape = _INDENTED
+    elif _EXCEPTION_LINE.match(cleaned, start) is not None:
+        shape = _EXCEPTION
+    else:
+        shape = _OTHER
+    return Head(key, echoed, shape)
+
+
+def run_step(level: int, event: int, raw: bool, indented_before: bool) -> int:
+    """What ``event`` makes of a run holding ``level`` (``indented_before``: for _FIRST_EXC, whether
+    the line before the stretch, in the same run, was indented)."""
+    if event == _CUT:
+        return ECHOED
+    if event == _ANNOUNCES:
+        return max(level, ANNOUNCED)
+    if event == _FIRST_EXC and not indented_before:
+        return level
+    if raw and level < ANNOUNCED:  # a raw traceback no ASGI error began: a crash's, vLLM's own
+        return level
+    return ECHOED
+
+
+def lead_level(carried: RunState, key: str, lead: Sequence[int]) -> int:
+    """What the leading run of a stretch holds after its ``lead`` events, the stretches before it
+    having ended in ``carried``."""
+    level, indented = (carried.level, carried.indented) if carried.key == key else (CLEAR, False)
+    for event in lead:
+        level = run_step(level, event, key == RAW, indented)
+    return level
+
+
+def after_run(carried: RunState, tail: RunTail) -> RunState:
+    """The state after a stretch of lines with ``tail``, the stretches before it ending in ``carried``."""
+    level = tail.level
+    if level is None:
+        level = lead_level(carried, tail.key, tail.lead)
+    return RunState(tail.key, level, tail.indented)
 
 
 class EchoRuns:
     """Which lines continue a message whose earlier lines hold a client's text (see record_head).
 
-    A run is a stretch of consecutive lines with the same prefix; a line of a run that an earlier
-    line of it echoed is the client's. Lines are given by position (``text(pos)``, ``prev(pos)``:
-    the line before, None before the first one held), each read at most once.
+    A run is a stretch of consecutive lines with the same key; a line of a run that holds a
+    client's text (ECHOED) before it is the client's. Lines are given by position (``text(pos)``,
+    ``prev(pos)``: the line before, None before the first one held), each read at most once. A run
+    that began before the first line held (the leading run) is known only with the state of the
+    lines before: for its lines ``before`` gives the number of the leading run's events (``lead``)
+    before them, which the reader, who holds that state, replays (``lead_level``).
     """
 
-    __slots__ = ("_heads", "_prev", "_runs", "_text")
+    __slots__ = ("_heads", "_lead", "_leading", "_levels", "_prev", "_text", "lead")
 
     def __init__(self, text: Any, prev: Any) -> None:
         self._text = text
         self._prev = prev
-        self._heads: dict[Any, tuple[str | None, bool]] = {}
-        self._runs: dict[Any, bool | None] = {}  # echo at or before the line in its run; None: not known
+        self._heads: dict[Any, Head] = {}
+        self._levels: dict[Any, int] = {}  # what its run holds through the line (a run begun here)
+        self._leading: dict[Any, int] = {}  # events of the leading run through the line
+        self.lead: list[int] = []  # the leading run's events, in order
 
-    def head(self, pos: Any, text: str | None = None) -> tuple[str | None, bool]:
+    def head(self, pos: Any, text: str | None = None) -> Head:
         """``record_head`` of the line at ``pos`` (``text``: its text, where the caller has it)."""
         got = self._heads.get(pos)
         if got is None:
             got = self._heads[pos] = record_head(self._text(pos) if text is None else text)
         return got
 
-    def echoed_before(self, pos: Any, head: str) -> bool | None:
-        """Whether a line before ``pos`` in its run (the lines just before it with prefix ``head``)
-        holds an echo: None when the lines held end first (the run began before them)."""
+    def _event(self, pos: Any, head: Head, before: Head | None) -> int:
+        """What the line at ``pos`` does to its run (0: nothing); ``before``: the head of the line
+        before it if that one is held and in the same run."""
+        raw = head.key == RAW
+        if head.echoed and not raw:
+            return _CUT
+        if head.shape == _ANNOUNCE:
+            return _ANNOUNCES
+        if head.shape != _EXCEPTION:
+            return 0
+        if self._prev(pos) is None:
+            return _FIRST_EXC
+        return _EXC if before is not None and before.shape == _INDENTED else 0
+
+    def before(self, pos: Any, key: str) -> tuple[int | None, int]:
+        """``(level, n)``: what the run of the line at ``pos`` (key ``key``) holds before it, or
+        None and the number of leading-run events before it when that run is the leading one."""
         path: list[Any] = []
-        base: bool | None = None
         p = self._prev(pos)
+        level: int | None = CLEAR
+        count = 0
         while p is not None:
-            h, _ = self.head(p)
-            if h != head:
-                base = False
+            if self.head(p).key != key:
                 break
-            if p in self._runs:
-                base = self._runs[p]
+            if p in self._levels:
+                level = self._levels[p]
+                break
+            if p in self._leading:
+                level, count = None, self._leading[p]
                 break
             path.append(p)
             p = self._prev(p)
-        for q in reversed(path):  # from the run's first held line on
-            if self.head(q)[1]:
-                base = True
-            self._runs[q] = base
-        return base if not path else self._runs[path[0]]
+        else:
+            level = None  # the lines held end first: the leading run
+        raw = key == RAW
+        for q in reversed(path):  # from the run's first held line (or the first one not yet read) on
+            h = self.head(q)
+            b = self._prev(q)
+            event = self._event(q, h, self.head(b) if b is not None and self.head(b).key == key else None)
+            if level is None:
+                if event:
+                    self.lead.append(event)
+                    count += 1
+                self._leading[q] = count
+            else:
+                if event:
+                    level = run_step(level, event, raw, False)
+                self._levels[q] = level
+        return level, count
 
-    def tail(self, last: Any) -> tuple[str | None, bool | None]:
-        """``(prefix, echo)`` of the line ``last``: its prefix, and whether its run holds an echo up to
-        and including it (None: not within the lines held)."""
-        h, echoed = self.head(last)
-        if h is None:
-            return None, echoed
-        return h, True if echoed else self.echoed_before(last, h)
+    def tail(self, last: Any) -> RunTail:
+        """The ``RunTail`` of the lines held, the last of them at ``last``."""
+        h = self.head(last)
+        level, _ = self.before(last, h.key)
+        b = self._prev(last)
+        event = self._event(last, h, self.head(b) if b is not None and self.head(b).key == h.key else None)
+        if level is None:
+            return RunTail(h.key, None, h.shape == _INDENTED, (*self.lead, *((event,) if event else ())))
+        if event:
+            level = run_step(level, event, h.key == RAW, False)
+        return RunTail(h.key, level, h.shape == _INDENTED, tuple(self.lead))
 
 
 def says_something(scan: LineScan) -> bool:
@@ -873,14 +1035,6 @@ def says_something(scan: LineScan) -> bool:
 
 def _before_index(i: int) -> int | None:
     return i - 1 if i > 0 else None
-
-
-def after_run(carried: tuple[str | None, bool], head: str | None, echo: bool | None) -> tuple[str | None, bool]:
-    """The state after a stretch of lines whose last one has prefix ``head`` and run echo ``echo``
-    (None: the run reaches back before the stretch, to ``carried``)."""
-    if echo is None:
-        echo = carried[0] is not None and carried[0] == head and carried[1]
-    return head, echo
 
 
 # vLLM logs its shutdown steps within a few lines of the EngineDeadError a stop provokes (the real
@@ -927,8 +1081,8 @@ class LogParser:
         self._any_content = False
         self._shutting_down = False
         self._dead: ErrorRecord | None = None  # an EngineDeadError waiting to see what follows
-        # The prefix of the last line read and whether its run holds a client's text (EchoRuns).
-        self._run: tuple[str | None, bool] = (None, False)
+        # The run of one prefix the last line read is in (EchoRuns).
+        self._run = RunState()
 
     def feed_line(self, line: str, lineno: int | None = None) -> list[LogRecord]:
         """Records completed by this line (a wrapped stats record is returned one line late)."""
@@ -1020,18 +1174,17 @@ class LogParser:
                 # The common stats layout is read apart from the run rule: its logger (vLLM's
                 # stats logger, v1/metrics/loggers.py) writes no client text.
                 if row is None and says_something(scan):
-                    head = runs.head(i)[0]
-                    if head is not None:
-                        echo = runs.echoed_before(i, head)
-                        if echo is None:  # the run began in an earlier batch
-                            echo = self._run[0] == head and self._run[1]
-                        if echo:
-                            scan = LineScan()  # the rest of a message a client's text holds
+                    key = runs.head(i).key
+                    level, n = runs.before(i, key)
+                    if level is None:  # the run began in an earlier batch
+                        level = lead_level(self._run, key, runs.lead[:n])
+                    if level == ECHOED:
+                        scan = LineScan()  # the rest of a message a client's text holds
                 out.extend(self.feed_scan(scan, lineno, line))
             else:
                 self.lines += 1  # what feed_line does with a line that says nothing
         if lines:
-            self._run = after_run(self._run, *runs.tail(len(lines) - 1))
+            self._run = after_run(self._run, runs.tail(len(lines) - 1))
         return out
 
     def feed_chunk(self, candidates: Iterable[tuple[int, str, LineScan | StatsRow]], base: int) -> list[LogRecord]:

@@ -41,12 +41,16 @@ from typing import Any, BinaryIO, get_args
 
 from kvwatch.errors import UsageError
 from kvwatch.parse.log import (
+    ECHOED,
     MAX_WRAP_LINES,
     EchoRuns,
     LineScan,
     LogParser,
+    RunState,
+    RunTail,
     StatsRow,
     after_run,
+    lead_level,
     says_something,
     scan_line_compact,
 )
@@ -80,11 +84,11 @@ class ChunkScan:
     nbytes: int
     candidates: list[tuple[int, str, LineScan | StatsRow]]
     open_streams: Open = CLOSED  # the runtime streams whose last entry here was a partial one
-    # Candidates (index, prefix) whose run of one vLLM prefix began before the chunk, and the
-    # prefix and run echo of its last line (log.EchoRuns; None: no line): the reader, who reads the
+    # Candidates (index, prefix) whose run of one vLLM prefix began before the chunk, and what its
+    # lines tell of the run they end in (log.EchoRuns; None: no line): the reader, who reads the
     # chunks in order, decides them (LogInput.batches).
-    echo_pending: tuple[tuple[int, str], ...] = ()
-    echo_tail: tuple[str | None, bool | None] | None = None
+    echo_pending: tuple[tuple[int, str, int], ...] = ()  # (index, run key, leading events before it)
+    echo_tail: RunTail | None = None
 
 
 def _positional_reducer(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
@@ -183,7 +187,7 @@ def candidate_lines(
     hi = len(data) if hi is None else hi
     spans, still_open, cont = _candidate_spans(data, lo, hi, pending)
     runs = _echo_runs(data, lo, hi, cont)
-    echo_pending: list[tuple[int, str]] = []
+    echo_pending: list[tuple[int, str, int]] = []
     candidates: list[tuple[int, str, LineScan | StatsRow]] = []
     line = 0
     prev = lo
@@ -201,12 +205,12 @@ def candidate_lines(
         text = data[start:end].decode("utf-8", "replace")
         scan = scan_line_compact(text, line + 1)
         if isinstance(scan, LineScan) and says_something(scan):
-            head = runs.head(start, text)[0]
-            echo = runs.echoed_before(start, head) if head is not None else False
-            if echo:
+            key = runs.head(start, text).key
+            level, n = runs.before(start, key)
+            if level == ECHOED:
                 continue  # the rest of a message a client's text holds (log.record_head)
-            if echo is None and head is not None:  # its run began before this chunk: the reader decides
-                echo_pending.append((len(candidates), head))
+            if level is None:  # its run began before this chunk: the reader decides
+                echo_pending.append((len(candidates), key, n))
         # The text travels on only where LogParser may need it: the lines after an open record
         # (and a chunk's first line, whose predecessor is in the chunk before).
         candidates.append((line, text if line == 0 or line <= open_until else "", scan))
@@ -654,15 +658,17 @@ class LogInput:
         parser = LogParser()
         self.start()
         scans, self._started = self._started, None
-        run: tuple[str | None, bool] = (None, False)  # the prefix run the chunk before ended in
+        run = RunState()  # the run of one prefix the chunk before ended in
         for scan in scans or ():
             candidates = scan.candidates
-            if scan.echo_pending and run[1]:
-                # Candidates whose run of one prefix began in an earlier chunk, which echoed it.
-                drop = {i for i, head in scan.echo_pending if head == run[0]}
-                candidates = [c for i, c in enumerate(candidates) if i not in drop]
-            if scan.echo_tail is not None:
-                run = after_run(run, *scan.echo_tail)
+            tail = scan.echo_tail
+            if scan.echo_pending and tail is not None:
+                # Candidates whose run began in an earlier chunk: what it holds before each of them.
+                drop = {i for i, key, n in scan.echo_pending if lead_level(run, key, tail.lead[:n]) == ECHOED}
+                if drop:
+                    candidates = [c for i, c in enumerate(candidates) if i not in drop]
+            if tail is not None:
+                run = after_run(run, tail)
             batch = parser.feed_chunk(candidates, self.lines)
             self.lines += scan.lines
             self.bytes += scan.nbytes
@@ -670,9 +676,9 @@ class LogInput:
                 self.progress(scan.nbytes)
             if batch:
                 yield batch
-        tail = parser.finish()
-        if tail:
-            yield tail
+        rest = parser.finish()
+        if rest:
+            yield rest
 
 
 def default_jobs() -> int:
