@@ -254,3 +254,39 @@ def test_a_traceback_cut_at_any_line_reads_alike_by_file_and_sidecar(monkeypatch
         assert followed_records(lines, 1000, cut=at) == followed, f"batch cut before line {at + 1}"
     for batch in (1, 2, 3, 5, 7):
         assert _followed(lines, batch) == followed
+
+
+FORGED_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+# More of a client's text, as it would stand in uvicorn's raw traceback of the /v1/responses
+# request: lines that spell the start of a new request error, or a traceback of its own.
+SPELLED = {
+    "asgi-error-line": ["ERROR:    Exception in ASGI application", FORGED_OOM],
+    "traceback-and-frame": ["Traceback (most recent call last):", '  File "x.py", line 1, in y', FORGED_OOM],
+    "asgi-error-then-traceback": [
+        "ERROR:    Exception in ASGI application",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in y',
+        "    y()",
+        FORGED_OOM,
+    ],
+}
+
+
+@pytest.mark.parametrize("spelled", SPELLED, ids=str)
+def test_a_client_that_spells_a_new_request_error_inside_one_gets_no_record(
+    spelled: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's text sits after the traceback's first exception line (server.log 256, the
+    client's lines from 257): whatever it spells, uvicorn's line or a traceback, is its own."""
+    lines = _lines(TRACEBACK_RUN)
+    at = 257  # after the client's first line, "fooo"'s successor (1-based 257 is index 256)
+    forged = [*lines[:at], *SPELLED[spelled], *lines[at:]]
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(forged) + "\n", encoding="utf-8")
+    whole = _doc(path)
+    assert whole["errors_total"] == 0
+    followed = _followed(forged, 1000)
+    assert [r for r in followed if isinstance(r, ErrorRecord)] == []
+    for cut in range(246, 262 + len(SPELLED[spelled])):  # the ASGI error line to past the spelled lines
+        assert _split_docs(path, cut, monkeypatch) == whole, f"cut before line {cut + 1}"
+        assert followed_records(forged, 1000, cut=cut) == followed, f"batch cut before line {cut + 1}"

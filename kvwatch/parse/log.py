@@ -27,10 +27,11 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from kvwatch.parse import logpatterns as P
 from kvwatch.parse.paste import WEB_SPACES
@@ -47,10 +48,14 @@ from kvwatch.records import (
 )
 
 __all__ = [
+    "ASGI_ERROR",
     "ECHOED",
+    "HEADER_BYTES",
     "EchoRuns",
     "Head",
     "LineScan",
+    "Lines",
+    "ListLines",
     "LogParser",
     "RunState",
     "RunTail",
@@ -818,22 +823,27 @@ def parse_line(text: str, lineno: int) -> list[LogRecord]:
 # echo, read up to itself, and the rest of the run (the message's other lines, the exceptions
 # chained to it, which repeat it) is the client's.
 #
-# A traceback printed without vLLM's prefix forms a run of its own, of lines with no header (RAW),
-# where only this rule holds, and only after uvicorn's "Exception in ASGI application" (uvicorn/
-# protocols/http/httptools_impl.py:424, h11_impl.py:411, logged with uvicorn's own
-# "%(levelprefix)s %(message)s"): the error of a request, whose message may quote it (the
-# recorded /v1/responses stream: its generator lets the error through to uvicorn). A raw traceback
-# of a crash (multiprocessing's "Process EngineCore_DP0:", an uncaught exception at exit) is read
-# as before: its chained exceptions are vLLM's (line 201 of the recorded kv-space start failure).
+# Lines with no header (RAW) form runs too, ended by a headed line, where only uvicorn's request
+# errors count: "Exception in ASGI application" (uvicorn/protocols/http/httptools_impl.py:424,
+# h11_impl.py:411, logged with uvicorn's own "%(levelprefix)s %(message)s", so without vLLM's
+# prefix; the recorded /v1/responses stream, whose generator lets the error through). The
+# traceback under it is "Traceback (most recent call last):" and indented lines up to its first
+# exception line, so the first other line is that exception line, where the client's text
+# begins; the rest of the RAW run is the client's (a later ASGI error line in it too: it stands in
+# the client's text). A raw traceback with no ASGI error line before it (a crash's:
+# multiprocessing's "Process EngineCore_DP0:", an uncaught exception at exit) is read as before,
+# its chained exceptions being vLLM's (line 201 of the recorded kv-space start failure).
 _HEAD_WINDOW = 300  # a record's header starts within this many characters of its line
 RAW = ""  # the run key of a line with no vLLM header
 
 # A message's first line (after the header; the whole line for RAW), as the run rule sees it.
-_INDENTED, _EXCEPTION, _ANNOUNCE, _OTHER = 1, 2, 3, 0
+_INDENTED, _EXCEPTION, _ANNOUNCE, _TRACEBACK, _OTHER = 1, 2, 3, 4, 0
+_TRACEBACK_LINE = "Traceback (most recent call last):"
 # An exception line as traceback.format_exception_only writes it: "ValueError: ...", a dotted
 # "torch.OutOfMemoryError: ...", a bare "KeyboardInterrupt", Ray's "RayTaskError(ValueError): ...".
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:\([\w.]*\))?(?:: |:?$)")
-_ASGI_ERROR = re.compile(r"ERROR: +Exception in ASGI application$")
+ASGI_ERROR = "Exception in ASGI application"
+_ASGI_ERROR = re.compile(r"ERROR: +" + ASGI_ERROR + "$")
 # What a log's transport writes before a line, after the stamp ``_outer_time`` reads (each line
 # gets them anew, so they are no part of its run's key): the kubelet's CRI stream and tag
 # ("stderr F "), ``kubectl logs --prefix``'s "[pod/NAME/CONTAINER] " (and the stamp of
@@ -858,7 +868,8 @@ class Head(NamedTuple):
 
     key: str  # its text through its first vLLM header (its prefix), RAW if none near its start
     echoed: bool  # a client's text begins on it (provenance.echo_cut)
-    shape: int  # its message: _INDENTED, an _EXCEPTION line, an ASGI error (_ANNOUNCE), _OTHER
+    shape: int  # its message: _INDENTED, an _EXCEPTION line, an ASGI error (_ANNOUNCE), the
+    # "Traceback (most recent call last):" line (_TRACEBACK), _OTHER
 
 
 class RunState(NamedTuple):
@@ -880,6 +891,7 @@ class RunTail(NamedTuple):
     indented: bool  # the last line's message is indented
     lead: tuple[int, ...]  # what the lines of the stretch's leading run did to it, in order (those
     # read: up to the last candidate in it, or all of it when the last line is in it)
+    through: int  # how many of ``lead`` came through the last line (when ``level`` is None)
 
 
 def record_head(text: str) -> Head:
@@ -891,7 +903,8 @@ def record_head(text: str) -> Head:
     begin = lead.end() if lead is not None else 0  # it matches "" too
     m = P.VLLM_HEADER.search(cleaned, begin, begin + _HEAD_WINDOW)
     if m is None:
-        if _ASGI_ERROR.match(cleaned, begin) is not None:
+        # (its words as written, too: a reader finds the line by them in the bytes, files.py)
+        if _ASGI_ERROR.match(cleaned, begin) is not None and ASGI_ERROR in text:
             return Head(RAW, echoed, _ANNOUNCE)
         start, key = begin, RAW
     else:
@@ -899,6 +912,8 @@ def record_head(text: str) -> Head:
         key = cleaned[begin:start]
     if cleaned[start : start + 1].isspace():
         shape = _INDENTED
+    elif cleaned.startswith(_TRACEBACK_LINE, start):
+        shape = _TRACEBACK
     elif _EXCEPTION_LINE.match(cleaned, start) is not None:
         shape = _EXCEPTION
     else:
@@ -933,57 +948,131 @@ def after_run(carried: RunState, tail: RunTail) -> RunState:
     """The state after a stretch of lines with ``tail``, the stretches before it ending in ``carried``."""
     level = tail.level
     if level is None:
-        level = lead_level(carried, tail.key, tail.lead)
+        level = lead_level(carried, tail.key, tail.lead[: tail.through])
     return RunState(tail.key, level, tail.indented)
+
+
+# A RAW run ends at a headed line. Which lines are headed is found in the bytes of a chunk
+# (files.py) before any is decoded, so a line counts as headed where both this search of its
+# bytes and ``record_head`` find a header (a header that clean() alone makes, its words cut by
+# colour codes, ends no RAW run), for every reader alike.
+HEADER_BYTES = re.compile(P.VLLM_HEADER.pattern.encode())
+
+
+class Lines(Protocol):
+    """How ``EchoRuns`` reaches the lines it is given, by position."""
+
+    def text(self, pos: Any) -> str: ...
+
+    def prev(self, pos: Any) -> Any: ...  # the line before, None before the first one held
+
+    def next(self, pos: Any) -> Any: ...  # the line after, None after the last one held
+
+    def first(self) -> Any: ...
+
+    def asgi_lines(self) -> list[Any]: ...  # in order, every line whose text holds ASGI_ERROR
+
+    def headed_from(self, pos: Any, head: Callable[[Any], Head]) -> Any:
+        """The first line at or after ``pos`` whose ``head`` has a vLLM header (None: none)."""
+        ...
+
+
+class ListLines:
+    """``Lines`` of a list of strings (a sidecar's batch), by index."""
+
+    __slots__ = ("_asgi", "_headed", "_lines")
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self._lines = lines
+        self._asgi: list[int] | None = None
+        self._headed: dict[int, int | None] = {}
+
+    def text(self, pos: int) -> str:
+        return self._lines[pos]
+
+    def prev(self, pos: int) -> int | None:
+        return pos - 1 if pos > 0 else None
+
+    def next(self, pos: int) -> int | None:
+        return pos + 1 if pos + 1 < len(self._lines) else None
+
+    def first(self) -> int:
+        return 0
+
+    def asgi_lines(self) -> list[int]:
+        if self._asgi is None:
+            self._asgi = [i for i, line in enumerate(self._lines) if ASGI_ERROR in line]
+        return self._asgi
+
+    def headed_from(self, pos: int, head: Callable[[int], Head]) -> int | None:
+        if pos not in self._headed:
+            lines = self._lines
+            self._headed[pos] = next(
+                (i for i in range(pos, len(lines)) if HEADER_BYTES.search(_raw_bytes(lines[i])) and head(i).key != RAW),
+                None,
+            )
+        return self._headed[pos]
+
+
+def _raw_bytes(line: str) -> bytes:
+    return line.encode("utf-8", "surrogateescape")
 
 
 class EchoRuns:
     """Which lines continue a message whose earlier lines hold a client's text (see record_head).
 
     A run is a stretch of consecutive lines with the same key; a line of a run that holds a
-    client's text (ECHOED) before it is the client's. Lines are given by position (``text(pos)``,
-    ``prev(pos)``: the line before, None before the first one held), each read at most once. A run
-    that began before the first line held (the leading run) is known only with the state of the
-    lines before: for its lines ``before`` gives the number of the leading run's events (``lead``)
-    before them, which the reader, who holds that state, replays (``lead_level``).
+    client's text (ECHOED) before it is the client's. Lines are given by position (``Lines``), each
+    read at most once. A run that began before the first line held (the leading run) is known
+    only with the state of the lines before: for its lines ``before`` gives the number of the
+    leading run's events (``lead``) before them, which the reader, who holds that state, replays
+    (``lead_level``).
+
+    A headed run is walked back line by line (its lines are one message's). A RAW run is not (an
+    access-log flood may fill it): what it holds is read from its ASGI error lines, found in
+    the text at once (``Lines.asgi_lines``), and from the lines right after them, up to the
+    traceback's first exception line: Python writes "Traceback (most recent call last):" and
+    then only indented lines (frames, source, carets) before it, so the first other line is it.
     """
 
-    __slots__ = ("_heads", "_lead", "_leading", "_levels", "_prev", "_text", "lead")
+    __slots__ = ("_a0", "_e", "_heads", "_lead_raw", "_leading", "_levels", "_lines", "lead")
 
-    def __init__(self, text: Any, prev: Any) -> None:
-        self._text = text
-        self._prev = prev
+    def __init__(self, lines: Lines) -> None:
+        self._lines = lines
         self._heads: dict[Any, Head] = {}
         self._levels: dict[Any, int] = {}  # what its run holds through the line (a run begun here)
         self._leading: dict[Any, int] = {}  # events of the leading run through the line
+        self._a0: dict[Any, Any] = {}  # an ASGI error line -> the first one of its RAW run
+        self._e: dict[Any, Any] = {}  # a line -> the first exception line after it (RAW)
+        self._lead_raw: tuple[Any, Any] | None = None  # a RAW leading run's exception and ASGI lines
         self.lead: list[int] = []  # the leading run's events, in order
 
     def head(self, pos: Any, text: str | None = None) -> Head:
         """``record_head`` of the line at ``pos`` (``text``: its text, where the caller has it)."""
         got = self._heads.get(pos)
         if got is None:
-            got = self._heads[pos] = record_head(self._text(pos) if text is None else text)
+            got = self._heads[pos] = record_head(self._lines.text(pos) if text is None else text)
         return got
 
     def _event(self, pos: Any, head: Head, before: Head | None) -> int:
-        """What the line at ``pos`` does to its run (0: nothing); ``before``: the head of the line
-        before it if that one is held and in the same run."""
-        raw = head.key == RAW
-        if head.echoed and not raw:
+        """What the line at ``pos`` of a headed run does to it (0: nothing); ``before``: the head of
+        the line before it if that one is held and in the same run."""
+        if head.echoed:
             return _CUT
-        if head.shape == _ANNOUNCE:
-            return _ANNOUNCES
         if head.shape != _EXCEPTION:
             return 0
-        if self._prev(pos) is None:
+        if self._lines.prev(pos) is None:
             return _FIRST_EXC
         return _EXC if before is not None and before.shape == _INDENTED else 0
 
     def before(self, pos: Any, key: str) -> tuple[int | None, int]:
         """``(level, n)``: what the run of the line at ``pos`` (key ``key``) holds before it, or
         None and the number of leading-run events before it when that run is the leading one."""
+        if key == RAW:
+            return self._raw(pos, inclusive=False)
+        prev = self._lines.prev
         path: list[Any] = []
-        p = self._prev(pos)
+        p = prev(pos)
         level: int | None = CLEAR
         count = 0
         while p is not None:
@@ -996,13 +1085,12 @@ class EchoRuns:
                 level, count = None, self._leading[p]
                 break
             path.append(p)
-            p = self._prev(p)
+            p = prev(p)
         else:
             level = None  # the lines held end first: the leading run
-        raw = key == RAW
         for q in reversed(path):  # from the run's first held line (or the first one not yet read) on
             h = self.head(q)
-            b = self._prev(q)
+            b = prev(q)
             event = self._event(q, h, self.head(b) if b is not None and self.head(b).key == key else None)
             if level is None:
                 if event:
@@ -1011,30 +1099,112 @@ class EchoRuns:
                 self._leading[q] = count
             else:
                 if event:
-                    level = run_step(level, event, raw, False)
+                    level = run_step(level, event, False, False)
                 self._levels[q] = level
         return level, count
 
     def tail(self, last: Any) -> RunTail:
         """The ``RunTail`` of the lines held, the last of them at ``last``."""
         h = self.head(last)
+        indented = h.shape == _INDENTED
+        if h.key == RAW:
+            level, n = self._raw(last, inclusive=True)
+            return RunTail(RAW, level, indented, tuple(self.lead), n)
         level, _ = self.before(last, h.key)
-        b = self._prev(last)
+        b = self._lines.prev(last)
         event = self._event(last, h, self.head(b) if b is not None and self.head(b).key == h.key else None)
         if level is None:
-            return RunTail(h.key, None, h.shape == _INDENTED, (*self.lead, *((event,) if event else ())))
+            lead = (*self.lead, *((event,) if event else ()))
+            return RunTail(h.key, None, indented, lead, len(lead))
         if event:
-            level = run_step(level, event, h.key == RAW, False)
-        return RunTail(h.key, level, h.shape == _INDENTED, tuple(self.lead))
+            level = run_step(level, event, False, False)
+        return RunTail(h.key, level, indented, tuple(self.lead), 0)
+
+    # The RAW runs.
+
+    def _headed_between(self, lo: Any, pos: Any, inclusive: bool) -> bool:
+        """Whether a headed line lies from ``lo`` on, before ``pos`` (or at it)."""
+        headed = self._lines.headed_from(lo, self.head)
+        return headed is not None and (headed < pos or (inclusive and headed == pos))
+
+    def _exception_after(self, pos: Any) -> Any:
+        """The traceback's first exception line after the line at ``pos`` in its RAW run: the first
+        line that is neither indented nor a "Traceback" line (None: the run ends first)."""
+        if pos in self._e:
+            return self._e[pos]
+        found = None
+        q = self._lines.next(pos)
+        while q is not None:
+            h = self.head(q)
+            if h.key != RAW:
+                break
+            if h.shape not in (_INDENTED, _TRACEBACK):
+                found = q
+                break
+            q = self._lines.next(q)
+        self._e[pos] = found
+        return found
+
+    def _first_asgi(self, pos: Any, inclusive: bool) -> Any:
+        """The first ASGI error line of the RAW run of ``pos`` before it (or at it); None: none."""
+        asgi = self._lines.asgi_lines()
+        i = (bisect_right if inclusive else bisect_left)(asgi, pos)
+        while i and self.head(asgi[i - 1]).shape != _ANNOUNCE:  # its words, not uvicorn's line
+            i -= 1
+        if not i:
+            return None
+        a = asgi[i - 1]
+        after = self._lines.next(a)
+        if after is not None and self._headed_between(after, pos, inclusive):
+            return None  # a headed line after it began the run of ``pos``
+        if a not in self._a0:
+            first = a
+            for b in reversed(asgi[: i - 1]):  # back over the ASGI error lines of the same run
+                if self.head(b).shape != _ANNOUNCE:
+                    continue
+                after = self._lines.next(b)
+                if after is not None and self._headed_between(after, first, False):
+                    break
+                first = b
+            self._a0[a] = first
+        return self._a0[a]
+
+    def _before(self, pos: Any, at: Any, inclusive: bool) -> bool:
+        """Whether the line ``at`` comes before ``pos`` (or is it)."""
+        return at is not None and (at < pos or (inclusive and at == pos))
+
+    def _raw(self, pos: Any, inclusive: bool) -> tuple[int | None, int]:
+        """``before`` (``inclusive``: through the line) for a line at ``pos`` of a RAW run.
+
+        The run holds ECHOED once the first exception line after its first ASGI error line has
+        passed (each later ASGI error line is then within the client's text); ANNOUNCED between
+        the two. In the leading run the lines before decide too: ANNOUNCED there ends at the
+        leading run's first line that is neither indented nor "Traceback" (``lead``: _EXC there,
+        then _ANNOUNCES at the run's first ASGI error line).
+        """
+        a0 = self._first_asgi(pos, inclusive)
+        if a0 is not None:
+            e = self._exception_after(a0)
+            if e is not None and (e < pos or (inclusive and e == pos)):
+                return ECHOED, 0
+        first = self._lines.first()
+        if self._headed_between(first, pos, inclusive):
+            return (ANNOUNCED if a0 is not None else CLEAR), 0
+        # The leading run, RAW: what it did before ``pos``, replayed on what the reader carries.
+        if self._lead_raw is None:
+            h = self.head(first)
+            e = first if h.shape not in (_INDENTED, _TRACEBACK) else self._exception_after(first)
+            asgi = [a for a in self._lines.asgi_lines() if self.head(a).shape == _ANNOUNCE][:1]
+            a = asgi[0] if asgi and not self._headed_between(first, asgi[0], False) else None
+            self._lead_raw = (e, a)
+            self.lead[:] = [*((_EXC,) if e is not None else ()), *((_ANNOUNCES,) if a is not None else ())]
+        e, a = self._lead_raw
+        return None, int(self._before(pos, e, inclusive)) + int(self._before(pos, a, inclusive))
 
 
 def says_something(scan: LineScan) -> bool:
     """Whether a line's scan gives the parser anything (a record, a line kind, a flag)."""
     return bool(scan.records or scan.kinds or scan.shutdown or scan.stop_signal or scan.open_stats is not None)
-
-
-def _before_index(i: int) -> int | None:
-    return i - 1 if i > 0 else None
 
 
 # vLLM logs its shutdown steps within a few lines of the EngineDeadError a stop provokes (the real
@@ -1161,7 +1331,7 @@ class LogParser:
     def _feed(self, lines: Sequence[str], anchored: Iterable[bool], first: int | None) -> list[LogRecord]:
         """``feed_lines``, the first line numbered ``first`` (the next one when None)."""
         out: list[LogRecord] = []
-        runs = EchoRuns(lines.__getitem__, _before_index)
+        runs = EchoRuns(ListLines(lines))
         for i, (line, hit) in enumerate(zip(lines, anchored, strict=True)):
             if hit or self._pending is not None or self._dead is not None or _may_open_record(line):
                 lineno = self.lines + 1 if first is None else first + i

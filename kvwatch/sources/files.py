@@ -41,9 +41,13 @@ from typing import Any, BinaryIO, get_args
 
 from kvwatch.errors import UsageError
 from kvwatch.parse.log import (
+    ASGI_ERROR,
     ECHOED,
+    HEADER_BYTES,
     MAX_WRAP_LINES,
+    RAW,
     EchoRuns,
+    Head,
     LineScan,
     LogParser,
     RunState,
@@ -229,20 +233,74 @@ def candidate_lines(
 def _echo_runs(data: bytes, lo: int, hi: int, cont: Sequence[int]) -> EchoRuns:
     """The runs of lines with one vLLM prefix in ``data[lo:hi]``, lines given by their starts (a
     runtime's continuation piece reads as an empty line, as the sidecar reads it)."""
-    skip = frozenset(cont)
-    find, rfind = data.find, data.rfind
+    return EchoRuns(_ChunkLines(data, lo, hi, frozenset(cont)))
 
-    def text(pos: int) -> str:
-        if pos in skip:
+
+_ASGI_WORDS = ASGI_ERROR.encode()
+
+
+class _ChunkLines:
+    """``log.Lines`` of ``data[lo:hi]``, by line start. The lines that hold ASGI_ERROR's words and
+    the headed lines are found in the bytes (an access-log flood between vLLM's lines is never
+    read line by line); each header the byte search finds is confirmed by the caller's reading
+    (``head``), as log.HEADER_BYTES says."""
+
+    __slots__ = ("_asgi", "_data", "_headed", "_hi", "_lo", "_skip")
+
+    def __init__(self, data: bytes, lo: int, hi: int, skip: frozenset[int]) -> None:
+        self._data, self._lo, self._hi, self._skip = data, lo, hi, skip
+        self._asgi: list[int] | None = None
+        self._headed: dict[int, int | None] = {}
+
+    def text(self, pos: int) -> str:
+        if pos in self._skip:
             return ""
-        end = find(b"\n", pos, hi)
-        end = hi if end == -1 else end
-        return data[pos : min(end, pos + MAX_LINE_BYTES)].decode("utf-8", "replace")
+        end = self._data.find(b"\n", pos, self._hi)
+        end = self._hi if end == -1 else end
+        return self._data[pos : min(end, pos + MAX_LINE_BYTES)].decode("utf-8", "replace")
 
-    def before(pos: int) -> int | None:
-        return None if pos <= lo else max(lo, rfind(b"\n", lo, pos - 1) + 1)
+    def prev(self, pos: int) -> int | None:
+        return None if pos <= self._lo else max(self._lo, self._data.rfind(b"\n", self._lo, pos - 1) + 1)
 
-    return EchoRuns(text, before)
+    def next(self, pos: int) -> int | None:
+        end = self._data.find(b"\n", pos, self._hi)
+        return None if end == -1 or end + 1 >= self._hi else end + 1
+
+    def first(self) -> int:
+        return self._lo
+
+    def asgi_lines(self) -> list[int]:
+        if self._asgi is None:
+            data, lo, hi = self._data, self._lo, self._hi
+            found: list[int] = []
+            at = data.find(_ASGI_WORDS, lo, hi)
+            while at != -1:
+                line = max(lo, data.rfind(b"\n", lo, at) + 1)
+                if not found or found[-1] != line:
+                    found.append(line)
+                at = data.find(_ASGI_WORDS, at + len(_ASGI_WORDS), hi)
+            self._asgi = found
+        return self._asgi
+
+    def headed_from(self, pos: int, head: Callable[[int], Head]) -> int | None:
+        if pos in self._headed:
+            return self._headed[pos]
+        data, lo, hi = self._data, self._lo, self._hi
+        frm, found = pos, None
+        while frm < hi:
+            m = HEADER_BYTES.search(data, frm, hi)
+            if m is None:
+                break
+            line = max(lo, data.rfind(b"\n", lo, m.start()) + 1)
+            if line >= pos and head(line).key != RAW:
+                found = line
+                break
+            end = data.find(b"\n", m.end(), hi)
+            if end == -1:
+                break
+            frm = end + 1
+        self._headed[pos] = found
+        return found
 
 
 @contextmanager
