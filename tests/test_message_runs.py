@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -290,3 +291,40 @@ def test_a_client_that_spells_a_new_request_error_inside_one_gets_no_record(
     for cut in range(246, 262 + len(SPELLED[spelled])):  # the ASGI error line to past the spelled lines
         assert _split_docs(path, cut, monkeypatch) == whole, f"cut before line {cut + 1}"
         assert followed_records(forged, 1000, cut=cut) == followed, f"batch cut before line {cut + 1}"
+
+
+_COLOURED = {"DEBUG": "37", "INFO": "32", "WARNING": "33", "ERROR": "31", "CRITICAL": "35"}
+_VLLM_LINE = re.compile(
+    r"^(?P<proc>\([^)]*pid=\d+\) )?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<time>\d\d-\d\d \d\d:\d\d:\d\d) (?P<file>\[[^\]]+\])"
+)
+
+
+def _vllm_colours(line: str) -> str:
+    """A line as vLLM 0.32's ColoredFormatter writes it on a terminal (vllm/logging_utils/
+    formatter.py: cyan process prefix, the level in its colour, grey time and file info), and
+    uvicorn's level prefix in its colour (uvicorn's DefaultFormatter with use_colors)."""
+
+    def paint(m: re.Match[str]) -> str:
+        proc = f"\x1b[0;36m{m['proc'].rstrip()}\x1b[0;0m " if m["proc"] else ""
+        level = f"\x1b[{_COLOURED[m['level']]}m{m['level']}\x1b[0m"
+        return f"{proc}{level} \x1b[90m{m['time']}\x1b[0m \x1b[90m{m['file']}\x1b[0m"
+
+    line = _VLLM_LINE.sub(paint, line)
+    return re.sub(r"^(INFO|ERROR|WARNING):", lambda m: f"\x1b[{_COLOURED[m[1]]}m{m[1]}\x1b[0m:", line)
+
+
+def test_on_a_terminal_the_run_after_a_request_error_ends_at_vllms_next_line(tmp_path: Path) -> None:
+    """vLLM colours its prefix on a terminal (docker run -t); its lines still end uvicorn's raw
+    run: a start failure's raw traceback after the forged run (a restart) counts, as in plain text."""
+    crash = FIXTURES / "incidents" / "recorded" / "kv-space-v032-larger-than-ram" / "server.log"
+    lines = [*_lines(TRACEBACK_RUN), *_lines(crash)]
+    docs = []
+    for name, form in (("plain", str), ("coloured", _vllm_colours)):
+        path = tmp_path / f"{name}.log"
+        path.write_text("\n".join(form(line) for line in lines) + "\n", encoding="utf-8")
+        doc = _doc(path)
+        assert [e["line"] - len(_lines(TRACEBACK_RUN)) for e in doc["errors"]] == [48, 57, 201], name
+        docs.append(doc)
+    assert "\x1b[0;36m(APIServer pid=5279)\x1b[0;0m \x1b[31mERROR\x1b[0m \x1b[90m12-04" in path.read_text()
+    assert docs[0]["errors"] == docs[1]["errors"]
