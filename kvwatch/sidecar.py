@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -95,8 +95,9 @@ class LineParser(Protocol):
         """Records completed by this line."""
         ...
 
-    def feed_lines(self, lines: list[str], anchored: list[bool]) -> list[LogRecord]:
-        """Records completed by these lines; ``anchored[i]``: line i holds a prefilter anchor."""
+    def feed_lines(self, lines: list[str], anchored: list[bool], pieces: Collection[int] = ()) -> list[LogRecord]:
+        """Records completed by these lines; ``anchored[i]``: line i holds a prefilter anchor;
+        ``pieces``: the lines that continue one a container runtime cut."""
         ...
 
     def finish(self) -> list[LogRecord]:
@@ -163,6 +164,7 @@ class Sidecar:
         # batch); the parser passes the others by, as the analyze reader does.
         partials: list[int] = []
         anchored = anchored_lines(lines, partials)
+        cont: list[int] = []
         if partials or self._open_streams:
             # A piece that continues a line the container runtime cut is no line: what it holds
             # (a client's text, perhaps a forged header) is passed by, as analyze does.
@@ -173,7 +175,7 @@ class Sidecar:
                     lines[i] = ""
                     anchored[i] = False
         with self.lock:
-            for record in self.parser.feed_lines(lines, anchored):
+            for record in self.parser.feed_lines(lines, anchored, frozenset(cont)):
                 events += self.state.on_log_record(record, now)
         _emit(events)
 

@@ -35,7 +35,7 @@ from kvwatch.parse.log import LogParser
 from kvwatch.records import ErrorRecord, LogRecord
 from kvwatch.sources import files, scanner
 from tests.helpers import followed_records
-from tests.transport_forms import FORMS
+from tests.transport_forms import FORMS, cri_pieces, docker_pieces
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED_LOG = FIXTURES / "vllm-cpu-seed" / "server.log"
@@ -328,3 +328,93 @@ def test_on_a_terminal_the_run_after_a_request_error_ends_at_vllms_next_line(tmp
         docs.append(doc)
     assert "\x1b[0;36m(APIServer pid=5279)\x1b[0;0m \x1b[31mERROR\x1b[0m \x1b[90m12-04" in path.read_text()
     assert docs[0]["errors"] == docs[1]["errors"]
+
+
+def _blanked(lines: list[str], first: int, count: int) -> list[str]:
+    """``lines`` with ``count`` lines from index ``first`` replaced by harmless raw text."""
+    return [*lines[:first], *(["x"] * count), *lines[first + count :]]
+
+
+def _same_as_blanked(tmp_path: Path, lines: list[str], first: int, count: int) -> dict[str, Any]:
+    """The document of ``lines``, checked equal to that of the same lines with the forged block
+    blanked (so the lines around it read alike)."""
+    docs = []
+    for name, text in (("forged", lines), ("blanked", _blanked(lines, first, count))):
+        path = tmp_path / f"{name}.log"
+        path.write_text("\n".join(text) + "\n", encoding="utf-8")
+        docs.append(_doc(path))
+    assert docs[0] == docs[1]
+    return docs[0]
+
+
+def test_a_client_line_a_container_runtime_cuts_into_pieces_ends_no_run(tmp_path: Path) -> None:
+    """A client line over 16 KiB is stored as pieces (docker json-file, CRI); the pieces after the
+    first are no lines, and the run of the message goes on past them (red-team finding: the
+    client's next lines behind vLLM's prefix were read as a fresh run)."""
+    lines = _lines(TRACEBACK_RUN)
+    prefix = lines[102][: lines[102].index("] ") + 2]  # server.log 103, behind [serving.py:500]
+    assert prefix.endswith("[serving.py:500] ")
+    long = [*lines[:102], prefix + "A" * 17000 + "\r", *lines[102:]]
+    for name, wrap in (("docker", docker_pieces), ("cri", cri_pieces)):
+        path = tmp_path / f"{name}.log"
+        path.write_text("\n".join(p for line in long for p in wrap(line.rstrip("\r"))) + "\n", encoding="utf-8")
+        doc = _doc(path)
+        assert doc["errors_total"] == 0, name
+        assert doc["runs"] == 1
+        assert _doc(path, jobs=2) == doc
+        shipped = path.read_text(encoding="utf-8").split("\n")[:-1]
+        assert [r for r in _followed(shipped, 1000) if isinstance(r, ErrorRecord)] == [], name
+        assert [r for r in _followed(shipped, 3) if isinstance(r, ErrorRecord)] == [], name
+
+
+def test_uvicorns_lines_behind_vllms_stdout_prefix_are_still_a_request_error(tmp_path: Path) -> None:
+    """vLLM 0.8.3-0.30 wrote "(APIServer pid=N) " before every line of the API server's stdout,
+    uvicorn's too (real fixture 212: "(APIServer pid=1) INFO:     Shutting down"): the ASGI error
+    line and its traceback are read behind it."""
+    lines = _lines(TRACEBACK_RUN)
+    decorated = [
+        line if line.startswith("(") or n < 87 else "(APIServer pid=5279) " + line for n, line in enumerate(lines)
+    ]
+    assert decorated[248] == "(APIServer pid=5279) ERROR:    Exception in ASGI application"
+    doc = _same_as_blanked(tmp_path, decorated, 248, 120)  # server.log 249-368, uvicorn's record
+    assert doc["errors_total"] == 0
+
+
+def test_a_request_error_in_a_log_of_the_users_own_format_hides_nothing_after_it(tmp_path: Path) -> None:
+    """With vLLM's format replaced (real fixture 010, VLLM_CONFIGURE_LOGGING=0 and a dictConfig)
+    no line has a vLLM header; each line's own stamp ends uvicorn's raw run, so a start failure's
+    raw traceback after the forged one still counts (red-team finding: every later line read as
+    the client's)."""
+    own = (Path(__file__).parent / "fixtures" / "real" / "logs" / "010-v06-custom-logging-format.log").read_text()
+    crash = _lines(FIXTURES / "incidents" / "recorded" / "kv-space-v032-larger-than-ram" / "server.log")[142:201]
+    assert crash[0] == "Traceback (most recent call last):"  # the API server's, printed raw at exit
+    access = 'INFO:     10.0.0.9:51234 - "POST /v1/responses HTTP/1.1" 200 OK'
+    responses = _lines(TRACEBACKS / "responses.log")
+    lines = [*own.splitlines(), access, *responses, *own.splitlines(), *crash]
+    doc = _same_as_blanked(tmp_path, lines, 3, len(responses))
+    assert [e["message"] for e in doc["errors"]] == ["Engine core initialization failed."]
+
+
+def test_a_ray_task_errors_remote_exception_counts() -> None:
+    """Ray's RayTaskError holds the remote task's traceback in its message (ray/exceptions.py):
+    its line opens a traceback and the remote exception after the remote frames is the error, as
+    Ray prints it (a record built to that format: no fixture here has one)."""
+    prefix = "(EngineCore_DP0 pid=4711) ERROR 12-04 19:20:01 [core.py:710] "
+    body = [
+        "EngineCore encountered a fatal error.",
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 701, in run_engine_core',
+        "    engine_core.run_busy_loop()",
+        '  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 2822, in get',
+        "    raise value.as_instanceof_cause()",
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::RayWorkerWrapper.execute_model_ray() (pid=9137)",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/executor/ray_utils.py", line 136, in execute_model_ray',
+        "    output = self.worker.model_runner.execute_model(",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 1 has a total capacity of "
+        "79.10 GiB of which 1.11 GiB is free.",
+        "more text of the message, perhaps a client's",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ]
+    lines = [prefix + b + "\r" for b in body]
+    kinds = [r.kind for r in _every_line(lines) if isinstance(r, ErrorRecord)]
+    assert kinds == ["engine_dead", "oom"]  # the fatal error's line, then the remote OOM; nothing after

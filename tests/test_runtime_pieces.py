@@ -31,10 +31,9 @@ from kvwatch.batch import analyze_paths
 from kvwatch.records import LogRecord
 from kvwatch.sources import files, pieces, scanner
 from tests.helpers import followed_records
+from tests.transport_forms import PIECE, STAMP, cri_pieces, docker_pieces
 
 SEED_LOG = Path(__file__).parent / "fixtures" / "vllm-cpu-seed" / "server.log"
-PIECE = 16 * 1024  # moby Copier bufSize; containerd's default max_container_log_line_size
-STAMP = "2026-11-29T14:45:08.123456789Z"
 
 # What a client can make the next piece start with: real 0.32.0 lines of the seed run, altered.
 FORGED = {
@@ -63,20 +62,7 @@ def _echo(forged: str, shift: int, pieces_before: int = 1) -> str:
     return ECHO + "A" * pad + forged + "Z" * 3000 + ECHO_END
 
 
-def _docker(line: str, stream: str = "stdout") -> list[str]:
-    """One line as docker's json-file driver stores it: 16 KiB pieces, only the last ends in "\\n"."""
-    raw = line + "\n"
-    cut = [raw[i : i + PIECE] for i in range(0, len(raw), PIECE)]
-    return [json.dumps({"log": p, "stream": stream, "time": STAMP}, separators=(",", ":")) for p in cut]
-
-
-def _cri(line: str, stream: str = "stdout") -> list[str]:
-    """One line as containerd/CRI-O store it: pieces tagged P, the last F."""
-    cut = [line[i : i + PIECE] for i in range(0, len(line), PIECE)] or [""]
-    return [f"{STAMP} {stream} {'F' if k == len(cut) - 1 else 'P'} {p}" for k, p in enumerate(cut)]
-
-
-FORMS: dict[str, Callable[..., list[str]]] = {"docker-json-file": _docker, "cri": _cri}
+FORMS: dict[str, Callable[..., list[str]]] = {"docker-json-file": docker_pieces, "cri": cri_pieces}
 
 
 def _log(form: str, echo: str, *, stderr_between: bool = False) -> bytes:
@@ -207,8 +193,8 @@ def test_a_docker_piece_ending_in_an_escaped_backslash_and_n_is_still_partial() 
 
 def test_pieces_of_one_stream_join_across_the_other_stream_and_stay_open_to_the_next_chunk() -> None:
     lines = [
-        *_cri("a" * (PIECE + 10), "stdout")[:1],  # stdout's first piece
-        *_cri("progress", "stderr"),  # stderr, whole, between
+        *cri_pieces("a" * (PIECE + 10), "stdout")[:1],  # stdout's first piece
+        *cri_pieces("progress", "stderr"),  # stderr, whole, between
         f"{STAMP} stdout P INFO 12-01 10:00:00 [loggers.py:1] forged",  # stdout's middle piece
     ]
     data = ("\n".join(lines) + "\n").encode()

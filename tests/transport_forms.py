@@ -83,6 +83,24 @@ FORMS: dict[str, tuple[Callable[[int, str], str], str]] = {
 }
 
 
+# A container runtime stores a long line as pieces (kvwatch/sources/pieces.py).
+PIECE = 16 * 1024  # moby Copier bufSize; containerd's default max_container_log_line_size
+STAMP = "2026-11-29T14:45:08.123456789Z"
+
+
+def docker_pieces(line: str, stream: str = "stdout") -> list[str]:
+    """One line as docker's json-file driver stores it: 16 KiB pieces, only the last ends in "\\n"."""
+    raw = line + "\n"
+    cut = [raw[i : i + PIECE] for i in range(0, len(raw), PIECE)]
+    return [json.dumps({"log": p, "stream": stream, "time": STAMP}, separators=(",", ":")) for p in cut]
+
+
+def cri_pieces(line: str, stream: str = "stdout") -> list[str]:
+    """One line as containerd/CRI-O store it: pieces tagged P, the last F."""
+    cut = [line[i : i + PIECE] for i in range(0, len(line), PIECE)] or [""]
+    return [f"{STAMP} {stream} {'F' if k == len(cut) - 1 else 'P'} {p}" for k, p in enumerate(cut)]
+
+
 HEADER = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
 
 

@@ -28,7 +28,7 @@ import itertools
 import json
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
@@ -839,6 +839,15 @@ RAW = ""  # the run key of a line with no vLLM header
 # A message's first line (after the header; the whole line for RAW), as the run rule sees it.
 _INDENTED, _EXCEPTION, _ANNOUNCE, _TRACEBACK, _OTHER = 1, 2, 3, 4, 0
 _TRACEBACK_LINE = "Traceback (most recent call last):"
+# Ray's RayTaskError (ray/exceptions.py) holds the remote task's traceback in its message:
+# "ray.exceptions.RayTaskError(OutOfMemoryError): ray::Worker.execute_model() (pid=...)", then the
+# remote frames and the remote exception, the error itself. Its line opens a traceback, as
+# "Traceback" does; the exception line after the remote frames is the one that holds a message.
+_RAY_TASK_ERROR = re.compile(r"(?:[A-Za-z_]\w*\.)*RayTaskError(?:\([\w.]*\))?: ray::")
+# A log line's own stamp where vLLM's format is replaced (VLLM_CONFIGURE_LOGGING=0 and a
+# dictConfig of the user's: "2024-12-20 15:18:19 - vllm.engine.metrics - INFO - ...", real
+# fixture 010): no header, but a line of the log's own, which ends a RAW run as a header does.
+_OWN_STAMP = re.compile(P.ASCTIME.pattern.removeprefix("^"))
 # An exception line as traceback.format_exception_only writes it: "ValueError: ...", a dotted
 # "torch.OutOfMemoryError: ...", a bare "KeyboardInterrupt", Ray's "RayTaskError(ValueError): ...".
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:\([\w.]*\))?(?:: |:?$)")
@@ -869,7 +878,8 @@ class Head(NamedTuple):
     key: str  # its text through its first vLLM header (its prefix), RAW if none near its start
     echoed: bool  # a client's text begins on it (provenance.echo_cut)
     shape: int  # its message: _INDENTED, an _EXCEPTION line, an ASGI error (_ANNOUNCE), the
-    # "Traceback (most recent call last):" line (_TRACEBACK), _OTHER
+    # "Traceback (most recent call last):" line or a RayTaskError's (_TRACEBACK), _OTHER
+    bounds: bool  # it ends a RAW run: it has a header, or a stamp of the log's own format
 
 
 class RunState(NamedTuple):
@@ -903,22 +913,31 @@ def record_head(text: str) -> Head:
     begin = lead.end() if lead is not None else 0  # it matches "" too
     m = P.VLLM_HEADER.search(cleaned, begin, begin + _HEAD_WINDOW)
     if m is None:
+        # The log's own stamp (an asctime the transport did not write: RFC3339 is docker's).
+        bounds = _OWN_STAMP.match(cleaned, begin) is not None or (
+            P.RFC3339.match(cleaned) is None and P.ASCTIME.match(cleaned) is not None
+        )
+        # vLLM 0.8.3-0.30 wrote its process before every line of a process's stdout, uvicorn's
+        # and a traceback's too (PROCESS_PREFIX, stacked for Ray).
+        start = begin
+        while (proc := P.PROCESS_PREFIX.match(cleaned, start)) is not None and proc.end() > start:
+            start = proc.end()
         # (its words as written, too: a reader finds the line by them in the bytes, files.py)
-        if _ASGI_ERROR.match(cleaned, begin) is not None and ASGI_ERROR in text:
-            return Head(RAW, echoed, _ANNOUNCE)
-        start, key = begin, RAW
+        if _ASGI_ERROR.match(cleaned, start) is not None and ASGI_ERROR in text:
+            return Head(RAW, echoed, _ANNOUNCE, bounds)
+        key = RAW
     else:
-        start = m.end()
+        start, bounds = m.end(), True
         key = cleaned[begin:start]
     if cleaned[start : start + 1].isspace():
         shape = _INDENTED
-    elif cleaned.startswith(_TRACEBACK_LINE, start):
+    elif cleaned.startswith(_TRACEBACK_LINE, start) or _RAY_TASK_ERROR.match(cleaned, start) is not None:
         shape = _TRACEBACK
     elif _EXCEPTION_LINE.match(cleaned, start) is not None:
         shape = _EXCEPTION
     else:
         shape = _OTHER
-    return Head(key, echoed, shape)
+    return Head(key, echoed, shape, bounds)
 
 
 def run_step(level: int, event: int, raw: bool, indented_before: bool) -> int:
@@ -968,7 +987,9 @@ HEADER_BYTES = re.compile(
 
 
 class Lines(Protocol):
-    """How ``EchoRuns`` reaches the lines it is given, by position."""
+    """How ``EchoRuns`` reaches the lines it is given, by position. A piece that continues a line a
+    container runtime cut (kvwatch.sources.pieces) is no line: it is passed by, as if the line it
+    continues went on (a client's text long enough to be cut must not end its run)."""
 
     def text(self, pos: Any) -> str: ...
 
@@ -977,6 +998,8 @@ class Lines(Protocol):
     def next(self, pos: Any) -> Any: ...  # the line after, None after the last one held
 
     def first(self) -> Any: ...
+
+    def last(self) -> Any: ...  # the last line held (None: none)
 
     def asgi_lines(self) -> list[Any]: ...  # in order, every line whose text holds ASGI_ERROR
 
@@ -988,10 +1011,11 @@ class Lines(Protocol):
 class ListLines:
     """``Lines`` of a list of strings (a sidecar's batch), by index."""
 
-    __slots__ = ("_asgi", "_headed", "_lines")
+    __slots__ = ("_asgi", "_headed", "_lines", "_pieces")
 
-    def __init__(self, lines: Sequence[str]) -> None:
+    def __init__(self, lines: Sequence[str], pieces: Collection[int] = ()) -> None:
         self._lines = lines
+        self._pieces = pieces
         self._asgi: list[int] | None = None
         self._headed: dict[int, int | None] = {}
 
@@ -999,13 +1023,22 @@ class ListLines:
         return self._lines[pos]
 
     def prev(self, pos: int) -> int | None:
-        return pos - 1 if pos > 0 else None
+        pos -= 1
+        while pos in self._pieces:
+            pos -= 1
+        return pos if pos >= 0 else None
 
     def next(self, pos: int) -> int | None:
-        return pos + 1 if pos + 1 < len(self._lines) else None
+        pos += 1
+        while pos in self._pieces:
+            pos += 1
+        return pos if pos < len(self._lines) else None
 
-    def first(self) -> int:
-        return 0
+    def first(self) -> int | None:
+        return self.next(-1)
+
+    def last(self) -> int | None:
+        return self.prev(len(self._lines))
 
     def asgi_lines(self) -> list[int]:
         if self._asgi is None:
@@ -1016,7 +1049,7 @@ class ListLines:
         if pos not in self._headed:
             lines = self._lines
             self._headed[pos] = next(
-                (i for i in range(pos, len(lines)) if HEADER_BYTES.search(_raw_bytes(lines[i])) and head(i).key != RAW),
+                (i for i in range(pos, len(lines)) if HEADER_BYTES.search(_raw_bytes(lines[i])) and head(i).bounds),
                 None,
             )
         return self._headed[pos]
@@ -1111,8 +1144,11 @@ class EchoRuns:
                 self._levels[q] = level
         return level, count
 
-    def tail(self, last: Any) -> RunTail:
-        """The ``RunTail`` of the lines held, the last of them at ``last``."""
+    def tail(self) -> RunTail | None:
+        """The ``RunTail`` of the lines held (None: no line)."""
+        last = self._lines.last()
+        if last is None:
+            return None
         h = self.head(last)
         indented = h.shape == _INDENTED
         if h.key == RAW:
@@ -1144,7 +1180,7 @@ class EchoRuns:
         q = self._lines.next(pos)
         while q is not None:
             h = self.head(q)
-            if h.key != RAW:
+            if h.bounds:
                 break
             if h.shape not in (_INDENTED, _TRACEBACK):
                 found = q
@@ -1190,6 +1226,8 @@ class EchoRuns:
         leading run's first line that is neither indented nor "Traceback" (``lead``: _EXC there,
         then _ANNOUNCES at the run's first ASGI error line).
         """
+        if self.head(pos).bounds:  # a line of the log's own format begins a RAW run of its own
+            return CLEAR, 0
         a0 = self._first_asgi(pos, inclusive)
         if a0 is not None:
             e = self._exception_after(a0)
@@ -1322,7 +1360,9 @@ class LogParser:
         out.extend(scan.records)
         return out
 
-    def feed_lines(self, lines: Sequence[str], anchored: Iterable[bool]) -> list[LogRecord]:
+    def feed_lines(
+        self, lines: Sequence[str], anchored: Iterable[bool], pieces: Collection[int] = ()
+    ) -> list[LogRecord]:
         """``feed_line`` for consecutive lines, passing by those that can say nothing.
 
         ``anchored`` says, for each line, whether it holds one of ``logpatterns.PREFILTER_ANCHORS``
@@ -1333,13 +1373,16 @@ class LogParser:
         held EngineDeadError; or it may begin a record that a hard wrap cut inside "Avg prompt
         throughput:" (``_may_open_record``). The records are exactly ``feed_line``'s, line by
         line (tests/test_followed_lines.py compares them on every real log in every transport form).
+        ``pieces``: the lines that continue one a container runtime cut (the caller blanked them).
         """
-        return self._feed(lines, anchored, None)
+        return self._feed(lines, anchored, None, pieces)
 
-    def _feed(self, lines: Sequence[str], anchored: Iterable[bool], first: int | None) -> list[LogRecord]:
+    def _feed(
+        self, lines: Sequence[str], anchored: Iterable[bool], first: int | None, pieces: Collection[int] = ()
+    ) -> list[LogRecord]:
         """``feed_lines``, the first line numbered ``first`` (the next one when None)."""
         out: list[LogRecord] = []
-        runs = EchoRuns(ListLines(lines))
+        runs = EchoRuns(ListLines(lines, pieces))
         for i, (line, hit) in enumerate(zip(lines, anchored, strict=True)):
             if hit or self._pending is not None or self._dead is not None or _may_open_record(line):
                 lineno = self.lines + 1 if first is None else first + i
@@ -1361,8 +1404,9 @@ class LogParser:
                 out.extend(self.feed_scan(scan, lineno, line))
             else:
                 self.lines += 1  # what feed_line does with a line that says nothing
-        if lines:
-            self._run = after_run(self._run, runs.tail(len(lines) - 1))
+        tail = runs.tail()
+        if tail is not None:
+            self._run = after_run(self._run, tail)
         return out
 
     def feed_chunk(self, candidates: Iterable[tuple[int, str, LineScan | StatsRow]], base: int) -> list[LogRecord]:

@@ -45,7 +45,6 @@ from kvwatch.parse.log import (
     ECHOED,
     HEADER_BYTES,
     MAX_WRAP_LINES,
-    RAW,
     EchoRuns,
     Head,
     LineScan,
@@ -223,10 +222,7 @@ def candidate_lines(
     lines = line + count(b"\n", prev, hi)
     if hi > lo and data[hi - 1 : hi] != b"\n":
         lines += 1
-    tail = None
-    if hi > lo:
-        last = data.rfind(b"\n", lo, hi - 1 if data[hi - 1 : hi] == b"\n" else hi) + 1
-        tail = runs.tail(max(lo, last))
+    tail = runs.tail()
     return ChunkScan(lines, hi - lo, candidates, still_open, tuple(echo_pending), tail)
 
 
@@ -260,14 +256,32 @@ class _ChunkLines:
         return self._data[pos : min(end, pos + MAX_LINE_BYTES)].decode("utf-8", "replace")
 
     def prev(self, pos: int) -> int | None:
-        return None if pos <= self._lo else max(self._lo, self._data.rfind(b"\n", self._lo, pos - 1) + 1)
+        data, lo = self._data, self._lo
+        while pos > lo:
+            pos = max(lo, data.rfind(b"\n", lo, pos - 1) + 1)
+            if pos not in self._skip:
+                return pos
+        return None
 
     def next(self, pos: int) -> int | None:
-        end = self._data.find(b"\n", pos, self._hi)
-        return None if end == -1 or end + 1 >= self._hi else end + 1
+        data, hi = self._data, self._hi
+        while True:
+            end = data.find(b"\n", pos, hi)
+            if end == -1 or end + 1 >= hi:
+                return None
+            pos = end + 1
+            if pos not in self._skip:
+                return pos
 
-    def first(self) -> int:
-        return self._lo
+    def first(self) -> int | None:
+        return self._lo if self._lo not in self._skip else self.next(self._lo)
+
+    def last(self) -> int | None:
+        data, lo, hi = self._data, self._lo, self._hi
+        if hi <= lo:
+            return None
+        start = max(lo, data.rfind(b"\n", lo, hi - 1 if data[hi - 1 : hi] == b"\n" else hi) + 1)
+        return start if start not in self._skip else self.prev(start)
 
     def asgi_lines(self) -> list[int]:
         if self._asgi is None:
@@ -292,7 +306,7 @@ class _ChunkLines:
             if m is None:
                 break
             line = max(lo, data.rfind(b"\n", lo, m.start()) + 1)
-            if line >= pos and head(line).key != RAW:
+            if line >= pos and head(line).bounds:
                 found = line
                 break
             end = data.find(b"\n", m.end(), hi)
