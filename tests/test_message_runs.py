@@ -263,6 +263,13 @@ FORGED_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00
 SPELLED = {
     "asgi-error-line": ["ERROR:    Exception in ASGI application", FORGED_OOM],
     "traceback-and-frame": ["Traceback (most recent call last):", '  File "x.py", line 1, in y', FORGED_OOM],
+    # a stamp of the log's own that the byte search for a time cannot see (second red-team pass:
+    # it ended the run only where a chunk or a sidecar batch began)
+    "own-stamp-without-a-space": ["2024-12-04T19:11:10,5 ok", FORGED_OOM],
+    "header-with-codes-in-its-time": [
+        "(EngineCore_DP0 pid=5300) ERROR 12-04 19\x1b[0m:11:10 [core.py:1] " + FORGED_OOM,
+        FORGED_OOM,
+    ],
     "asgi-error-then-traceback": [
         "ERROR:    Exception in ASGI application",
         "Traceback (most recent call last):",

@@ -912,11 +912,15 @@ def record_head(text: str) -> Head:
     lead = _TRANSPORT_LEAD.match(cleaned, _outer_time(cleaned)[1])
     begin = lead.end() if lead is not None else 0  # it matches "" too
     m = P.VLLM_HEADER.search(cleaned, begin, begin + _HEAD_WINDOW)
+    if m is not None and not _visible(text):
+        m = None  # a header clean() alone makes (codes inside its time) is no line of vLLM's
     if m is None:
-        # The log's own stamp (an asctime the transport did not write: RFC3339 is docker's).
-        bounds = _OWN_STAMP.match(cleaned, begin) is not None or (
-            P.RFC3339.match(cleaned) is None and P.ASCTIME.match(cleaned) is not None
-        )
+        # The log's own stamp (an asctime the transport did not write: RFC3339 is docker's),
+        # where the byte search sees it too.
+        bounds = (
+            _OWN_STAMP.match(cleaned, begin) is not None
+            or (P.RFC3339.match(cleaned) is None and P.ASCTIME.match(cleaned) is not None)
+        ) and _visible(text)
         # vLLM 0.8.3-0.30 wrote its process before every line of a process's stdout, uvicorn's
         # and a traceback's too (PROCESS_PREFIX, stacked for Ray).
         start = begin
@@ -938,6 +942,11 @@ def record_head(text: str) -> Head:
     else:
         shape = _OTHER
     return Head(key, echoed, shape, bounds)
+
+
+def _visible(text: str) -> bool:
+    """Whether the byte search for a line's time (HEADER_BYTES) finds one in ``text``."""
+    return HEADER_BYTES.search(text.encode("utf-8", "surrogateescape")) is not None
 
 
 def run_step(level: int, event: int, raw: bool, indented_before: bool) -> int:
@@ -972,14 +981,15 @@ def after_run(carried: RunState, tail: RunTail) -> RunState:
 
 
 # A RAW run ends at a headed line. Which lines are headed is found in the bytes of a chunk
-# (files.py) before any is decoded, so a line counts as headed where both this search of its
-# bytes and ``record_head`` find a header, for every reader alike. The search looks for the
+# (files.py) before any is decoded, so a line counts as headed, and a stamp of the log's own as
+# one, only where this search of its bytes finds a time too (record_head asks it), for every
+# reader alike: a line is a boundary by what it is, never by where a chunk or a batch begins. The search looks for the
 # header's time, "MM-DD HH:MM:SS", whose digits stand together in every form vLLM's lines reach
 # us in: vLLM's colours on a terminal wrap the level, the time and the file apart
 # (logging_utils/formatter.py ColoredFormatter: "\x1b[32mINFO\x1b[0m \x1b[90m12-04 19:11:00\x1b[0m"),
 # docker's JSON escapes those codes, a web page's copy turns the space into U+00A0 (WEB_SPACES), a paste's
 # backticks stand around the stamp. (A header clean() alone makes, a time cut by codes inside
-# it, ends no RAW run: a client's text cannot end one that way.)
+# it, is no header for the runs: a client's text cannot end a run that way.)
 # (From the "-" on: a search that begins at a literal runs ten times faster in CPython's re.)
 HEADER_BYTES = re.compile(
     rb"-\d\d(?: |`|" + b"|".join(re.escape(chr(c).encode()) for c in WEB_SPACES) + rb")\d\d:\d\d:\d\d"
