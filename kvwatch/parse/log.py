@@ -849,7 +849,8 @@ _RAY_TASK_ERROR = re.compile(r"(?:[A-Za-z_]\w*\.)*RayTaskError(?:\([\w.]*\))?: r
 # fixture 010): no header, but a line of the log's own, which ends a RAW run as a header does.
 _OWN_STAMP = re.compile(P.ASCTIME.pattern.removeprefix("^"))
 # An exception line as traceback.format_exception_only writes it: "ValueError: ...", a dotted
-# "torch.OutOfMemoryError: ...", a bare "KeyboardInterrupt", Ray's "RayTaskError(ValueError): ...".
+# "torch.OutOfMemoryError: ...", a bare "KeyboardInterrupt", "SomeError(Cause): ..." (a Ray task's
+# line is read first, as _RAY_TASK_ERROR).
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:\([\w.]*\))?(?:: |:?$)")
 ASGI_ERROR = "Exception in ASGI application"
 _ASGI_ERROR = re.compile(r"ERROR: +" + ASGI_ERROR + "$")
@@ -983,14 +984,15 @@ def after_run(carried: RunState, tail: RunTail) -> RunState:
 # A RAW run ends at a headed line. Which lines are headed is found in the bytes of a chunk
 # (files.py) before any is decoded, so a line counts as headed, and a stamp of the log's own as
 # one, only where this search of its bytes finds a time too (record_head asks it), for every
-# reader alike: a line is a boundary by what it is, never by where a chunk or a batch begins. The search looks for the
-# header's time, "MM-DD HH:MM:SS", whose digits stand together in every form vLLM's lines reach
-# us in: vLLM's colours on a terminal wrap the level, the time and the file apart
-# (logging_utils/formatter.py ColoredFormatter: "\x1b[32mINFO\x1b[0m \x1b[90m12-04 19:11:00\x1b[0m"),
-# docker's JSON escapes those codes, a web page's copy turns the space into U+00A0 (WEB_SPACES), a paste's
-# backticks stand around the stamp. (A header clean() alone makes, a time cut by codes inside
-# it, is no header for the runs: a client's text cannot end a run that way.)
-# (From the "-" on: a search that begins at a literal runs ten times faster in CPython's re.)
+# reader alike: a line is a boundary by what it is, never by where a chunk or a batch begins.
+# The search looks for the header's time, "MM-DD HH:MM:SS", whose digits stand together in
+# every form vLLM's lines reach us in: vLLM's colours on a terminal wrap the level, the time and
+# the file apart (logging_utils/formatter.py ColoredFormatter, 0.32.0:
+# "\x1b[32mINFO\x1b[0m \x1b[90m12-04 19:11:00\x1b[0m"), docker's JSON escapes those codes, a web
+# page's copy turns the space into U+00A0 (WEB_SPACES), a paste's backticks stand around the
+# stamp. A header clean() alone makes (a time cut by codes inside it) is no header for the runs:
+# a client's text cannot end a run that way. The search starts at the "-": one that begins at a
+# literal runs ten times faster in CPython's re.
 HEADER_BYTES = re.compile(
     rb"-\d\d(?: |`|" + b"|".join(re.escape(chr(c).encode()) for c in WEB_SPACES) + rb")\d\d:\d\d:\d\d"
 )
@@ -1059,14 +1061,12 @@ class ListLines:
         if pos not in self._headed:
             lines = self._lines
             self._headed[pos] = next(
-                (i for i in range(pos, len(lines)) if HEADER_BYTES.search(_raw_bytes(lines[i])) and head(i).bounds),
+                (
+                    i for i in range(pos, len(lines)) if _visible(lines[i]) and head(i).bounds
+                ),  # bytes first, as files.py
                 None,
             )
         return self._headed[pos]
-
-
-def _raw_bytes(line: str) -> bytes:
-    return line.encode("utf-8", "surrogateescape")
 
 
 class EchoRuns:
@@ -1086,14 +1086,13 @@ class EchoRuns:
     then only indented lines (frames, source, carets) before it, so the first other line is it.
     """
 
-    __slots__ = ("_a0", "_e", "_heads", "_lead_raw", "_leading", "_levels", "_lines", "lead")
+    __slots__ = ("_e", "_heads", "_lead_raw", "_leading", "_levels", "_lines", "lead")
 
     def __init__(self, lines: Lines) -> None:
         self._lines = lines
         self._heads: dict[Any, Head] = {}
         self._levels: dict[Any, int] = {}  # what its run holds through the line (a run begun here)
         self._leading: dict[Any, int] = {}  # events of the leading run through the line
-        self._a0: dict[Any, Any] = {}  # an ASGI error line -> the first one of its RAW run
         self._e: dict[Any, Any] = {}  # a line -> the first exception line after it (RAW)
         self._lead_raw: tuple[Any, Any] | None = None  # a RAW leading run's exception and ASGI lines
         self.lead: list[int] = []  # the leading run's events, in order
@@ -1178,8 +1177,7 @@ class EchoRuns:
 
     def _headed_between(self, lo: Any, pos: Any, inclusive: bool) -> bool:
         """Whether a headed line lies from ``lo`` on, before ``pos`` (or at it)."""
-        headed = self._lines.headed_from(lo, self.head)
-        return headed is not None and (headed < pos or (inclusive and headed == pos))
+        return self._before(pos, self._lines.headed_from(lo, self.head), inclusive)
 
     def _exception_after(self, pos: Any) -> Any:
         """The traceback's first exception line after the line at ``pos`` in its RAW run: the first
@@ -1200,28 +1198,26 @@ class EchoRuns:
         return found
 
     def _first_asgi(self, pos: Any, inclusive: bool) -> Any:
-        """The first ASGI error line of the RAW run of ``pos`` before it (or at it); None: none."""
+        """An ASGI error line of the RAW run of ``pos`` before it (or at it) whose exception line
+        came no later than any other's in the run (None: the run has none): the earlier of its
+        last two, the first one's exception line coming before the second (no indented line)."""
         asgi = self._lines.asgi_lines()
         i = (bisect_right if inclusive else bisect_left)(asgi, pos)
-        while i and self.head(asgi[i - 1]).shape != _ANNOUNCE:  # its words, not uvicorn's line
+        found: list[Any] = []
+        while i and len(found) < 2:  # the last two ASGI error lines before ``pos``
             i -= 1
-        if not i:
-            return None
-        a = asgi[i - 1]
-        after = self._lines.next(a)
-        if after is not None and self._headed_between(after, pos, inclusive):
+            if self.head(asgi[i]).shape == _ANNOUNCE:  # its words, not only in uvicorn's line
+                found.append(asgi[i])
+        if not found or self._headed_after(found[0], pos, inclusive):
             return None  # a headed line after it began the run of ``pos``
-        if a not in self._a0:
-            first = a
-            for b in reversed(asgi[: i - 1]):  # back over the ASGI error lines of the same run
-                if self.head(b).shape != _ANNOUNCE:
-                    continue
-                after = self._lines.next(b)
-                if after is not None and self._headed_between(after, first, False):
-                    break
-                first = b
-            self._a0[a] = first
-        return self._a0[a]
+        if len(found) == 2 and not self._headed_after(found[1], found[0], False):
+            return found[1]
+        return found[0]
+
+    def _headed_after(self, line: Any, pos: Any, inclusive: bool) -> bool:
+        """Whether a headed line lies after ``line``, before ``pos`` (or at it)."""
+        after = self._lines.next(line)
+        return after is not None and self._headed_between(after, pos, inclusive)
 
     def _before(self, pos: Any, at: Any, inclusive: bool) -> bool:
         """Whether the line ``at`` comes before ``pos`` (or is it)."""
@@ -1239,10 +1235,8 @@ class EchoRuns:
         if self.head(pos).bounds:  # a line of the log's own format begins a RAW run of its own
             return CLEAR, 0
         a0 = self._first_asgi(pos, inclusive)
-        if a0 is not None:
-            e = self._exception_after(a0)
-            if e is not None and (e < pos or (inclusive and e == pos)):
-                return ECHOED, 0
+        if a0 is not None and self._before(pos, self._exception_after(a0), inclusive):
+            return ECHOED, 0
         first = self._lines.first()
         if self._headed_between(first, pos, inclusive):
             return (ANNOUNCED if a0 is not None else CLEAR), 0
