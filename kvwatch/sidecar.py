@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -95,9 +95,16 @@ class LineParser(Protocol):
         """Records completed by this line."""
         ...
 
-    def feed_lines(self, lines: list[str], anchored: list[bool], pieces: Collection[int] = ()) -> list[LogRecord]:
+    def feed_lines(
+        self,
+        lines: list[str],
+        anchored: list[bool],
+        pieces: Collection[int] = (),
+        streams: Sequence[str] | None = None,
+    ) -> list[LogRecord]:
         """Records completed by these lines; ``anchored[i]``: line i holds a prefilter anchor;
-        ``pieces``: the lines that continue one a container runtime cut."""
+        ``pieces``: the lines that continue one a container runtime cut; ``streams``: each
+        line's pipe, where the source read a process's stdout and stderr apart."""
         ...
 
     def finish(self) -> list[LogRecord]:
@@ -156,8 +163,9 @@ class Sidecar:
 
     # ------------------------------------------------------------------ steps (also driven by tests)
 
-    def feed_lines(self, lines: list[str]) -> None:
-        """Parse lines and apply their records (one lock hold per batch)."""
+    def feed_lines(self, lines: list[str], streams: Sequence[str] | None = None) -> None:
+        """Parse lines and apply their records (one lock hold per batch); ``streams``: each line's
+        pipe, where the source read them apart (``Line.stream``)."""
         now = self.clock()
         events: list[Event] = []
         # The scanner marks the few lines that can say something (one compiled pass over the
@@ -175,7 +183,7 @@ class Sidecar:
                     lines[i] = ""
                     anchored[i] = False
         with self.lock:
-            for record in self.parser.feed_lines(lines, anchored, frozenset(cont)):
+            for record in self.parser.feed_lines(lines, anchored, frozenset(cont), streams):
                 events += self.state.on_log_record(record, now)
         _emit(events)
 
@@ -193,14 +201,17 @@ class Sidecar:
         error: str | None
         ended = False
         try:
-            batch = [line.text for line in self.lines.poll()]
+            polled = self.lines.poll()
+            batch = [line.text for line in polled]
+            # A child's two pipes: its lines know theirs (a file's runtime tags its own lines).
+            streams = [line.stream for line in polled] if polled and polled[0].stream else None
         except Exception as exc:  # a source bug must not kill the sidecar
-            batch, ok, error = [], False, f"{type(exc).__name__}: {exc}"
+            batch, streams, ok, error = [], None, False, f"{type(exc).__name__}: {exc}"
         else:
             status = self.lines.status()
             ok, error, ended = status.up, status.last_error, status.eof
         if batch:
-            self.feed_lines(batch)
+            self.feed_lines(batch, streams)
             self._uncommitted = True
         if self._uncommitted and time.monotonic() - self._last_commit >= COMMIT_INTERVAL_SECONDS:
             self._commit()

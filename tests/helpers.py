@@ -8,6 +8,7 @@ raced a fixed deadline failed there while the code was right.
 from __future__ import annotations
 
 import itertools
+import re
 import signal
 import socket
 import subprocess
@@ -166,9 +167,9 @@ def recorded_calibration(d: Path) -> Any:
     return calibrate(analyze_paths([str(d / "server.log")]), points)
 
 
-def followed_records(lines: list[str], batch: int, cut: int | None = None) -> list[Any]:
-    """The records a sidecar (no threads, no scraper) applies when it follows ``lines``, ``batch``
-    lines at a time, as its tail hands them over (``cut``: a batch also ends before that line)."""
+def recording_sidecar(lines: Any = None) -> tuple[Any, list[Any]]:
+    """A sidecar (no threads, no scraper) reading ``lines`` (a LineSource, or None: fed by hand),
+    and the list of the log records it applies, in order. Close its ``server`` when done."""
     from kvwatch.parse.log import LogParser
     from kvwatch.reconcile.live import LiveState
     from kvwatch.sidecar import Sidecar
@@ -182,7 +183,13 @@ def followed_records(lines: list[str], batch: int, cut: int | None = None) -> li
         return real(rec, now)
 
     state.on_log_record = record  # type: ignore[method-assign]
-    sidecar = Sidecar(state, parser=LogParser(), lines=None, scraper=None, listen="127.0.0.1:0")
+    return Sidecar(state, parser=LogParser(), lines=lines, scraper=None, listen="127.0.0.1:0"), seen
+
+
+def followed_records(lines: list[str], batch: int, cut: int | None = None) -> list[Any]:
+    """The records a sidecar applies when it follows ``lines``, ``batch`` lines at a time, as its
+    tail hands them over (``cut``: a batch also ends before that line)."""
+    sidecar, seen = recording_sidecar()
     try:
         bounds = sorted({*range(0, len(lines), batch), *(() if cut is None else (cut,)), len(lines)})
         for k, end in itertools.pairwise(bounds):
@@ -191,3 +198,67 @@ def followed_records(lines: list[str], batch: int, cut: int | None = None) -> li
     finally:
         sidecar.server.close()
     return seen
+
+
+# A kubelet CRI log (tests/e2e/cri_logger.py writes one around a real vLLM): each entry's stream
+# and text, and where a line of one stream splits one record of the other.
+_CRI_ENTRY = re.compile(r"^\S+ (stdout|stderr) [FP] (.*)$")
+_VLLM_PREFIX = re.compile(
+    r"^\([^)]* pid=\d+\) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] "
+)
+_ASGI_ERROR = "ERROR:    Exception in ASGI application"
+# uvicorn's record of the forged /v1/responses request: its ASGI error line and traceback
+# (tests/fixtures/vllm-cpu-traceback/responses.log), written at once, so consecutive on stderr.
+_RESPONSES_LINES = 120
+
+
+def cri_entries(log: Path) -> list[tuple[str, str]]:
+    """``(stream, text)`` of every entry of a CRI log."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _CRI_ENTRY.match(line)
+        if m is not None:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def stream_splits(entries: list[tuple[str, str]]) -> dict[str, int]:
+    """How often a line of one stream stands between two lines of one record of the other:
+    stderr inside vLLM's traceback of a forged request (stdout, "[serving.py:N]" prefix), stdout
+    with vLLM's header inside uvicorn's traceback (stderr, the lines after its ASGI error line)."""
+    found = {"stderr_in_vllms_traceback": 0, "vllm_line_in_uvicorns_traceback": 0}
+    out_idx = [i for i, (s, _) in enumerate(entries) if s == "stdout"]
+    err_idx = [i for i, (s, _) in enumerate(entries) if s == "stderr"]
+    for a, b in itertools.pairwise(out_idx):
+        pa, pb = _VLLM_PREFIX.match(entries[a][1]), _VLLM_PREFIX.match(entries[b][1])
+        if pa and pb and pa.group(0) == pb.group(0) and "[serving.py:" in pa.group(0) and b > a + 1:
+            found["stderr_in_vllms_traceback"] += 1
+    for k, i in enumerate(err_idx):
+        if entries[i][1] != _ASGI_ERROR:
+            continue
+        record = err_idx[k : k + _RESPONSES_LINES]
+        found["vllm_line_in_uvicorns_traceback"] += sum(
+            1
+            for j in range(record[0] + 1, record[-1])
+            if entries[j][0] == "stdout" and _VLLM_PREFIX.match(entries[j][1])
+        )
+    return found
+
+
+def two_chunk_doc(path: Path, at: int, monkeypatch: pytest.MonkeyPatch, doc: Callable[[Path], Any]) -> Any:
+    """``doc(path)`` with the file read as two chunks, the second starting at line ``at`` (0-based)."""
+    from kvwatch.sources import files
+
+    data = path.read_bytes()
+    cut = 0
+    for _ in range(at):
+        cut = data.index(b"\n", cut) + 1
+
+    def two_pieces(fh: Any) -> Any:
+        whole = fh.read()
+        yield whole, 0, cut
+        yield whole, cut, len(whole)
+
+    with monkeypatch.context() as m:
+        m.setattr(files, "_pieces", two_pieces)
+        return doc(path)

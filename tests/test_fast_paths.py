@@ -263,7 +263,7 @@ def test_a_byte_range_that_starts_exactly_at_a_line_start_is_read(
     path.write_text("\n".join(lines) + "\n")
     monkeypatch.setattr(files, "CHUNK_BYTES", width * 100)  # 40 ranges, each starting at a line
     monkeypatch.setattr(files, "PARALLEL_MIN_BYTES", 0)
-    assert all(start % width == 0 for _, start, _ in files._ranges(str(path), path.stat().st_size))
+    assert all(start % width == 0 for _, start, _, _ in files._ranges(str(path), path.stat().st_size))
     log_input = files.LogInput(str(path), jobs=2)
     got = [r for batch in log_input.batches() for r in batch]
     assert got == _every_line([line + "\n" for line in lines])

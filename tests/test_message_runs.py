@@ -34,7 +34,7 @@ from kvwatch.batch import analyze_paths
 from kvwatch.parse.log import LogParser
 from kvwatch.records import ErrorRecord, LogRecord
 from kvwatch.sources import files, scanner
-from tests.helpers import followed_records
+from tests.helpers import followed_records, two_chunk_doc
 from tests.transport_forms import FORMS, cri_pieces, docker_pieces
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -226,19 +226,8 @@ def test_a_crashs_raw_traceback_still_counts_every_exception() -> None:
 
 def _split_docs(path: Path, at: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The document of ``path`` read as two chunks, the second starting at line ``at`` (0-based)."""
-    data = path.read_bytes()
-    cut = 0
-    for _ in range(at):
-        cut = data.index(b"\n", cut) + 1
-
-    def two_pieces(fh: Any) -> Any:
-        whole = fh.read()
-        yield whole, 0, cut
-        yield whole, cut, len(whole)
-
-    with monkeypatch.context() as m:
-        m.setattr(files, "_pieces", two_pieces)
-        return _doc(path)
+    doc: dict[str, Any] = two_chunk_doc(path, at, monkeypatch, _doc)
+    return doc
 
 
 def test_a_traceback_cut_at_any_line_reads_alike_by_file_and_sidecar(monkeypatch: pytest.MonkeyPatch) -> None:

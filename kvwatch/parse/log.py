@@ -60,14 +60,20 @@ __all__ = [
     "RunState",
     "RunTail",
     "StatsRow",
+    "StreamLines",
+    "StreamRuns",
     "after_run",
+    "after_runs",
     "clean",
     "lead_level",
+    "line_stream",
     "parse_line",
     "record_head",
+    "runtime_streams",
     "scan_line",
     "scan_line_compact",
     "stats_record",
+    "stream_tag",
 ]
 
 FactValue = str | int | float | bool | None
@@ -998,6 +1004,48 @@ HEADER_BYTES = re.compile(
 )
 
 
+# A container runtime writes each of a container's streams apart: the kubelet's CRI log and
+# docker's json-file log tag every line with its stream, and a line of stderr may land between two
+# lines of stdout written at the same moment (containerd's CRI logger and docker's json-file driver
+# copy each stream line by line into one file). vLLM's logger writes to stdout
+# (vllm/logger.py DEFAULT_LOGGING_CONFIG, VLLM_LOGGING_STREAM "ext://sys.stdout", read in 0.32.0),
+# uvicorn's error logger to stderr (uvicorn/config.py LOGGING_CONFIG "default": "ext://sys.stderr";
+# vLLM passes no log_config of its own unless asked, launchers/utils/server_utils.py
+# get_uvicorn_log_config), and any client can make uvicorn write a stderr line at will
+# ("Invalid HTTP request received.", uvicorn/protocols/http/httptools_impl.py data_received).
+# So the lines of one message are consecutive only within its stream: where the transport tells
+# the streams apart, runs are kept apart by stream (StreamRuns), as ``kvwatch run`` keeps the
+# child's two pipes apart. A line no runtime tagged belongs to every stream's runs.
+_DOCKER_STREAM = re.compile(r'\{"log":"(?:[^"\\\n]|\\[^\n])*","stream":"([a-z]+)"')
+_CRI_STREAM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[^ \n]{1,40} (stdout|stderr) [A-Z](?::[A-Z])*(?: |$)")
+
+
+def line_stream(text: str) -> str:
+    """The stream a container runtime's entry names, prefixed by its format ("cstdout", "cstderr"
+    for the kubelet's CRI log, "dstdout", "dstderr" for docker's json-file log); "" for a line no
+    runtime wrote. (kvwatch.sources.pieces.entry reads the same from bytes.)"""
+    head = text[:1]
+    if head == "{":
+        m = _DOCKER_STREAM.match(text)
+        return "d" + m.group(1) if m is not None else ""
+    if head.isdigit():
+        m = _CRI_STREAM.match(text)
+        return "c" + m.group(1) if m is not None else ""
+    return ""
+
+
+def stream_tag(stream: str) -> str:
+    """The words every entry of ``stream`` (``line_stream``) holds: the CRI log's " stderr " after
+    the time, docker's '","stream":"stderr"' after the line."""
+    return f" {stream[1:]} " if stream[0] == "c" else f'","stream":"{stream[1:]}"'
+
+
+def runtime_streams(stream: str) -> tuple[str, ...]:
+    """The streams of an input whose first line is of ``stream`` (``line_stream``): both of its
+    format's, or none for a log no runtime wrote."""
+    return (stream[0] + "stdout", stream[0] + "stderr") if stream else ()
+
+
 class Lines(Protocol):
     """How ``EchoRuns`` reaches the lines it is given, by position. A piece that continues a line a
     container runtime cut (kvwatch.sources.pieces) is no line: it is passed by, as if the line it
@@ -1021,15 +1069,33 @@ class Lines(Protocol):
 
 
 class ListLines:
-    """``Lines`` of a list of strings (a sidecar's batch), by index."""
+    """``Lines`` of a list of strings (a sidecar's batch), by index; ``stream_of``: a line's stream
+    by its index, where the lines' transport tells them apart (see ``StreamLines``)."""
 
-    __slots__ = ("_asgi", "_headed", "_lines", "_pieces")
+    __slots__ = ("_asgi", "_headed", "_lines", "_pieces", "_stream_of")
 
-    def __init__(self, lines: Sequence[str], pieces: Collection[int] = ()) -> None:
+    def __init__(
+        self, lines: Sequence[str], pieces: Collection[int] = (), stream_of: Callable[[int], str] | None = None
+    ) -> None:
         self._lines = lines
         self._pieces = pieces
+        self._stream_of = stream_of
         self._asgi: list[int] | None = None
         self._headed: dict[int, int | None] = {}
+
+    def stream(self, pos: int) -> str:
+        return self._stream_of(pos) if self._stream_of is not None else ""
+
+    def seek(self, pos: int | None, stream: str, forward: bool) -> int | None:
+        step = 1 if forward else -1
+        while pos is not None:
+            s = self.stream(pos)
+            if (not s or s == stream) and pos not in self._pieces:
+                return pos
+            pos += step
+            if not 0 <= pos < len(self._lines):
+                return None
+        return None
 
     def text(self, pos: int) -> str:
         return self._lines[pos]
@@ -1058,15 +1124,123 @@ class ListLines:
         return self._asgi
 
     def headed_from(self, pos: int, head: Callable[[int], Head]) -> int | None:
-        if pos not in self._headed:
-            lines = self._lines
-            self._headed[pos] = next(
-                (
-                    i for i in range(pos, len(lines)) if _visible(lines[i]) and head(i).bounds
-                ),  # bytes first, as files.py
-                None,
-            )
-        return self._headed[pos]
+        memo = self._headed
+        lines = self._lines
+        found, passed = None, []
+        for i in range(pos, len(lines)):
+            if i in memo:
+                found = memo[i]
+                break
+            if _visible(lines[i]) and head(i).bounds:  # bytes first, as files.py
+                found = i
+                break
+            passed.append(i)  # the same answer from each line passed: every walk is walked once
+        for i in passed:
+            memo[i] = found
+        return found
+
+
+class Streamed(Lines, Protocol):
+    """``Lines`` that know each line's stream (``line_stream``; "" where no runtime tagged it)."""
+
+    def stream(self, pos: Any) -> str: ...
+
+    def seek(self, pos: Any, stream: str, forward: bool) -> Any:
+        """The first line at ``pos`` or after it (``forward``; else at it or before it) that is of
+        ``stream`` or of none, and no runtime's continuation piece (None: none)."""
+        ...
+
+
+_NOT_MINE = Head(RAW, False, _OTHER, False)  # a line of another stream, as its runs see it: none
+
+
+class StreamLines:
+    """The ``Lines`` of one stream of ``base``: its runs see the other stream's lines as if they
+    were not there (a line no runtime tagged is in every stream). ``base`` is this view's own."""
+
+    __slots__ = ("_asgi", "_base", "_stream")
+
+    def __init__(self, base: Streamed, stream: str) -> None:
+        self._base = base
+        self._stream = stream
+        self._asgi: list[Any] | None = None
+
+    def _mine(self, pos: Any) -> bool:
+        s = self._base.stream(pos)
+        return not s or s == self._stream
+
+    def text(self, pos: Any) -> str:
+        return self._base.text(pos)
+
+    def prev(self, pos: Any) -> Any:
+        p = self._base.prev(pos)
+        return None if p is None else self._base.seek(p, self._stream, False)
+
+    def next(self, pos: Any) -> Any:
+        p = self._base.next(pos)
+        return None if p is None else self._base.seek(p, self._stream, True)
+
+    def first(self) -> Any:
+        p = self._base.first()
+        return None if p is None else self._base.seek(p, self._stream, True)
+
+    def last(self) -> Any:
+        p = self._base.last()
+        return None if p is None else self._base.seek(p, self._stream, False)
+
+    def asgi_lines(self) -> list[Any]:
+        if self._asgi is None:
+            self._asgi = [p for p in self._base.asgi_lines() if self._mine(p)]
+        return self._asgi
+
+    def headed_from(self, pos: Any, head: Callable[[Any], Head]) -> Any:
+        mine = self._mine
+        return self._base.headed_from(pos, lambda p: head(p) if mine(p) else _NOT_MINE)
+
+
+class StreamRuns:
+    """The ``EchoRuns`` of a stretch of lines, one per stream of ``streams`` (``runtime_streams``;
+    none: one for all lines, as for a log no runtime wrote), each over its own ``make()``."""
+
+    __slots__ = ("_base", "_make", "_runs", "streams")
+
+    def __init__(self, make: Callable[[], Streamed], streams: Sequence[str] = ()) -> None:
+        self._make = make
+        self.streams = tuple(streams)
+        self._base: Streamed | None = None
+        self._runs: dict[str, EchoRuns] = {}
+
+    def stream(self, pos: Any) -> str:
+        """The stream whose runs the line at ``pos`` is read in ("": all lines')."""
+        if not self.streams:
+            return ""
+        if self._base is None:
+            self._base = self._make()
+        return self._base.stream(pos)
+
+    def of(self, stream: str) -> EchoRuns:
+        """The runs of ``stream``."""
+        runs = self._runs.get(stream)
+        if runs is None:
+            lines = self._make()
+            runs = self._runs[stream] = EchoRuns(StreamLines(lines, stream) if stream else lines)
+        return runs
+
+    def tails(self) -> tuple[tuple[str, RunTail], ...]:
+        """``(stream, RunTail)`` of every stream with a line here ("" first: all lines)."""
+        found = ((s, self.of(s).tail()) for s in ("", *self.streams))
+        return tuple((s, t) for s, t in found if t is not None)
+
+
+def after_runs(carried: dict[str, RunState], tails: Iterable[tuple[str, RunTail]]) -> dict[str, RunState]:
+    """``after_run`` for each stream of ``tails`` (the others' runs go on)."""
+    out = dict(carried)
+    for stream, tail in tails:
+        out[stream] = after_run(carried.get(stream, _NO_RUN), tail)
+    return out
+
+
+_NO_RUN = RunState()
 
 
 class EchoRuns:
@@ -1301,8 +1475,10 @@ class LogParser:
         self._any_content = False
         self._shutting_down = False
         self._dead: ErrorRecord | None = None  # an EngineDeadError waiting to see what follows
-        # The run of one prefix the last line read is in (EchoRuns).
-        self._run = RunState()
+        # The run of one prefix the last line read is in, per stream (EchoRuns, StreamRuns), and
+        # the streams of the log's transport, read off its first line (None: no line yet).
+        self._runs: dict[str, RunState] = {}
+        self._streams: tuple[str, ...] | None = None
 
     def feed_line(self, line: str, lineno: int | None = None) -> list[LogRecord]:
         """Records completed by this line (a wrapped stats record is returned one line late)."""
@@ -1365,7 +1541,11 @@ class LogParser:
         return out
 
     def feed_lines(
-        self, lines: Sequence[str], anchored: Iterable[bool], pieces: Collection[int] = ()
+        self,
+        lines: Sequence[str],
+        anchored: Iterable[bool],
+        pieces: Collection[int] = (),
+        streams: Sequence[str] | None = None,
     ) -> list[LogRecord]:
         """``feed_line`` for consecutive lines, passing by those that can say nothing.
 
@@ -1378,15 +1558,22 @@ class LogParser:
         throughput:" (``_may_open_record``). The records are exactly ``feed_line``'s, line by
         line (tests/test_followed_lines.py compares them on every real log in every transport form).
         ``pieces``: the lines that continue one a container runtime cut (the caller blanked them).
+        ``streams``: each line's stream where the caller read them apart (a child's two pipes);
+        otherwise the lines' own transport tells (``line_stream``), or nothing does.
         """
-        return self._feed(lines, anchored, None, pieces)
+        return self._feed(lines, anchored, None, pieces, streams)
 
     def _feed(
-        self, lines: Sequence[str], anchored: Iterable[bool], first: int | None, pieces: Collection[int] = ()
+        self,
+        lines: Sequence[str],
+        anchored: Iterable[bool],
+        first: int | None,
+        pieces: Collection[int] = (),
+        streams: Sequence[str] | None = None,
     ) -> list[LogRecord]:
         """``feed_lines``, the first line numbered ``first`` (the next one when None)."""
         out: list[LogRecord] = []
-        runs = EchoRuns(ListLines(lines, pieces))
+        runs = self._stream_runs(lines, pieces, streams)
         for i, (line, hit) in enumerate(zip(lines, anchored, strict=True)):
             if hit or self._pending is not None or self._dead is not None or _may_open_record(line):
                 lineno = self.lines + 1 if first is None else first + i
@@ -1399,19 +1586,46 @@ class LogParser:
                 # The common stats layout is read apart from the run rule: its logger (vLLM's
                 # stats logger, v1/metrics/loggers.py) writes no client text.
                 if row is None and says_something(scan):
-                    key = runs.head(i).key
-                    level, n = runs.before(i, key)
+                    stream = runs.stream(i)
+                    echo = runs.of(stream)
+                    key = echo.head(i).key
+                    level, n = echo.before(i, key)
                     if level is None:  # the run began in an earlier batch
-                        level = lead_level(self._run, key, runs.lead[:n])
+                        level = lead_level(self._runs.get(stream, _NO_RUN), key, echo.lead[:n])
                     if level == ECHOED:
                         scan = LineScan()  # the rest of a message a client's text holds
                 out.extend(self.feed_scan(scan, lineno, line))
             else:
                 self.lines += 1  # what feed_line does with a line that says nothing
-        tail = runs.tail()
-        if tail is not None:
-            self._run = after_run(self._run, tail)
+        self._runs = after_runs(self._runs, runs.tails())
         return out
+
+    def _stream_runs(self, lines: Sequence[str], pieces: Collection[int], streams: Sequence[str] | None) -> StreamRuns:
+        """The runs of a batch: by the caller's ``streams``, else by the streams the log's transport
+        names (read off its first line), else one for all lines."""
+        if streams is None:
+            if self._streams is None:
+                opening = next((line for line in lines if line), None)  # a blanked piece tells nothing
+                if opening is not None:
+                    self._streams = runtime_streams(line_stream(opening))
+            if not self._streams:
+                return StreamRuns(lambda: ListLines(lines, pieces))
+            known: dict[int, str] = {}
+
+            def stream_of(i: int) -> str:
+                got = known.get(i)
+                if got is None:
+                    got = known[i] = line_stream(lines[i])
+                return got
+
+            # The streams with a line here (whose tag the batch holds): another's runs go on
+            # untouched past this batch, and no line is read for it.
+            joined = "\n".join(lines)
+            return StreamRuns(
+                lambda: ListLines(lines, pieces, stream_of), [s for s in self._streams if stream_tag(s) in joined]
+            )
+        given = streams
+        return StreamRuns(lambda: ListLines(lines, pieces, given.__getitem__), sorted(set(given) - {""}))
 
     def feed_chunk(self, candidates: Iterable[tuple[int, str, LineScan | StatsRow]], base: int) -> list[LogRecord]:
         """``feed_scan`` for every ``(line index, text, scan)`` of a chunk whose index 0 is line

@@ -339,7 +339,7 @@ class ChildProcess:
     def _pump(self, pipe: IO[bytes], name: str) -> None:
         """Copy one stream through unchanged and split it into lines."""
         target: IO[bytes] | None = self._targets[name]
-        splitter = LineSplitter(self._max_line_bytes)
+        splitter = LineSplitter(self._max_line_bytes, name)  # each line knows its pipe
         fd = pipe.fileno()
         try:
             while True:

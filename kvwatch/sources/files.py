@@ -45,23 +45,25 @@ from kvwatch.parse.log import (
     ECHOED,
     HEADER_BYTES,
     MAX_WRAP_LINES,
-    EchoRuns,
     Head,
     LineScan,
     LogParser,
     RunState,
     RunTail,
     StatsRow,
-    after_run,
+    StreamRuns,
+    after_runs,
     lead_level,
+    runtime_streams,
     says_something,
     scan_line_compact,
+    stream_tag,
 )
 from kvwatch.parse.logpatterns import STATS_START
 from kvwatch.parse.statsbytes import plain_stats_row
 from kvwatch.records import LogRecord, LogTime
 from kvwatch.sources import inflate, spool
-from kvwatch.sources.pieces import CLOSED, LOOKBACK, Open, continuations, line_start_after, python_partials
+from kvwatch.sources.pieces import CLOSED, LOOKBACK, Open, continuations, entry, line_start_after, python_partials
 from kvwatch.sources.readahead import read_ahead
 from kvwatch.sources.scanner import find_lines, line_spans
 
@@ -90,8 +92,8 @@ class ChunkScan:
     # Candidates (index, prefix) whose run of one vLLM prefix began before the chunk, and what its
     # lines tell of the run they end in (log.EchoRuns; None: no line): the reader, who reads the
     # chunks in order, decides them (LogInput.batches).
-    echo_pending: tuple[tuple[int, str, int], ...] = ()  # (index, run key, leading events before it)
-    echo_tail: RunTail | None = None
+    echo_pending: tuple[tuple[int, str, str, int], ...] = ()  # (index, stream, run key, leading events before it)
+    echo_tails: tuple[tuple[str, RunTail], ...] = ()  # (stream, its tail): log.StreamRuns.tails
 
 
 def _positional_reducer(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
@@ -180,17 +182,24 @@ def _candidate_spans(data: bytes, lo: int, hi: int, pending: Open) -> tuple[dict
 
 
 def candidate_lines(
-    data: bytes, full: bool = True, lo: int = 0, hi: int | None = None, pending: Open = CLOSED
+    data: bytes,
+    full: bool = True,
+    lo: int = 0,
+    hi: int | None = None,
+    pending: Open = CLOSED,
+    streams: Sequence[str] = (),
 ) -> ChunkScan:
     """Candidate lines of ``data[lo:hi]`` (complete lines; the last may lack its newline), parsed.
 
     ``full`` and ``pending`` as for ``candidate_spans``; the scan's ``open_streams`` is the
-    ``pending`` of the bytes that follow.
+    ``pending`` of the bytes that follow. ``streams``: the input's runtime streams, whose runs are
+    kept apart (``input_streams``).
     """
     hi = len(data) if hi is None else hi
     spans, still_open, cont = _candidate_spans(data, lo, hi, pending)
-    runs = _echo_runs(data, lo, hi, cont)
-    echo_pending: list[tuple[int, str, int]] = []
+    skip = frozenset(cont)
+    runs = StreamRuns(lambda: _ChunkLines(data, lo, hi, skip), streams)
+    echo_pending: list[tuple[int, str, str, int]] = []
     candidates: list[tuple[int, str, LineScan | StatsRow]] = []
     line = 0
     prev = lo
@@ -208,12 +217,14 @@ def candidate_lines(
         text = data[start:end].decode("utf-8", "replace")
         scan = scan_line_compact(text, line + 1)
         if isinstance(scan, LineScan) and says_something(scan):
-            key = runs.head(start, text).key
-            level, n = runs.before(start, key)
+            stream = runs.stream(start)
+            echo = runs.of(stream)
+            key = echo.head(start, text).key
+            level, n = echo.before(start, key)
             if level == ECHOED:
                 continue  # the rest of a message a client's text holds (log.record_head)
             if level is None:  # its run began before this chunk: the reader decides
-                echo_pending.append((len(candidates), key, n))
+                echo_pending.append((len(candidates), stream, key, n))
         # The text travels on only where LogParser may need it: the lines after an open record
         # (and a chunk's first line, whose predecessor is in the chunk before).
         candidates.append((line, text if line == 0 or line <= open_until else "", scan))
@@ -222,17 +233,20 @@ def candidate_lines(
     lines = line + count(b"\n", prev, hi)
     if hi > lo and data[hi - 1 : hi] != b"\n":
         lines += 1
-    tail = runs.tail()
-    return ChunkScan(lines, hi - lo, candidates, still_open, tuple(echo_pending), tail)
+    return ChunkScan(lines, hi - lo, candidates, still_open, tuple(echo_pending), runs.tails())
 
 
-def _echo_runs(data: bytes, lo: int, hi: int, cont: Sequence[int]) -> EchoRuns:
-    """The runs of lines with one vLLM prefix in ``data[lo:hi]``, lines given by their starts (a
-    runtime's continuation piece reads as an empty line, as the sidecar reads it)."""
-    return EchoRuns(_ChunkLines(data, lo, hi, frozenset(cont)))
+def input_streams(first_line: bytes) -> tuple[str, ...]:
+    """The runtime streams of an input that begins with ``first_line`` (log.runtime_streams): the
+    whole input is read by them, whatever a line further on may spell."""
+    end = first_line.find(b"\n")
+    e = entry(first_line, 0, len(first_line) if end == -1 else end)
+    return runtime_streams(e[0].decode("ascii") if e is not None else "")
 
 
 _ASGI_WORDS = ASGI_ERROR.encode()
+_FIRST_LINE_BYTES = 64 << 10  # enough of an input's first line for its runtime's tag (input_streams)
+_NO_RUN = RunState()
 
 
 class _ChunkLines:
@@ -296,24 +310,53 @@ class _ChunkLines:
             self._asgi = found
         return self._asgi
 
+    def stream(self, pos: int) -> str:
+        end = self._data.find(b"\n", pos, self._hi)
+        e = entry(self._data, pos, self._hi if end == -1 else end)
+        return e[0].decode("ascii") if e is not None else ""
+
+    def seek(self, pos: int | None, stream: str, forward: bool) -> int | None:
+        # A runtime tags every line of its log, so the next line of ``stream`` is found by its tag
+        # in the bytes, not line by line (one stream's lines may stand far apart).
+        data, lo, hi = self._data, self._lo, self._hi
+        marker = stream_tag(stream).encode("ascii") if stream else b"\n"
+        while pos is not None:
+            s = self.stream(pos)
+            if (not s or s == stream) and pos not in self._skip:
+                return pos
+            if forward:
+                end = data.find(b"\n", pos, hi)
+                at = -1 if end == -1 else data.find(marker, end + 1, hi)
+            else:
+                at = data.rfind(marker, lo, pos - 1) if pos > lo else -1
+            pos = None if at == -1 else max(lo, data.rfind(b"\n", lo, at) + 1)
+        return None
+
     def headed_from(self, pos: int, head: Callable[[int], Head]) -> int | None:
-        if pos in self._headed:
-            return self._headed[pos]
+        memo = self._headed
+        if pos in memo:
+            return memo[pos]
         data, lo, hi = self._data, self._lo, self._hi
         frm, found = pos, None
+        passed = [pos]  # each line passed on the way has the same answer: every walk is walked once
         while frm < hi:
             m = HEADER_BYTES.search(data, frm, hi)
             if m is None:
                 break
             line = max(lo, data.rfind(b"\n", lo, m.start()) + 1)
-            if line >= pos and head(line).bounds:
+            if line in memo:
+                found = memo[line]
+                break
+            if head(line).bounds:
                 found = line
                 break
+            passed.append(line)
             end = data.find(b"\n", m.end(), hi)
             if end == -1:
                 break
             frm = end + 1
-        self._headed[pos] = found
+        for line in passed:
+            memo[line] = found
         return found
 
 
@@ -335,7 +378,8 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-Range = tuple[str, int, int]  # path, start, end: the lines that start in [start, end) of a plain file
+# path, start, end, the file's runtime streams: the lines that start in [start, end) of a plain file
+Range = tuple[str, int, int, tuple[str, ...]]
 RANGE_SLACK = 64 << 10  # read this far past a range's end for the line that crosses it
 
 
@@ -345,12 +389,12 @@ def _scan_range(args: Range) -> ChunkScan:
     Each line is reported by exactly one range: the one it starts in. The line that crosses
     ``end`` is read whole from beyond it.
     """
-    path, start, end = args
+    path, start, end, streams = args
     with paused_gc():
-        return _scan_range_lines(path, start, end)
+        return _scan_range_lines(path, start, end, streams)
 
 
-def _scan_range_lines(path: str, start: int, end: int) -> ChunkScan:
+def _scan_range_lines(path: str, start: int, end: int, streams: tuple[str, ...] = ()) -> ChunkScan:
     with open(path, "rb") as fh:
         # LOOKBACK bytes before: the runtime streams open where the range's lines begin (and one
         # byte before at least: whether ``start`` begins a line).
@@ -377,7 +421,7 @@ def _scan_range_lines(path: str, start: int, end: int) -> ChunkScan:
                 buf += fh.readline()  # a line longer than the slack crosses ``end`` (rare)
                 nl = buf.find(b"\n", rel_end)
             hi = len(buf) if nl == -1 else nl + 1
-    return candidate_lines(buf, True, lo, hi, open_before(buf, 0 if c0 == 0 else 1, lo))
+    return candidate_lines(buf, True, lo, hi, open_before(buf, 0 if c0 == 0 else 1, lo), streams)
 
 
 def open_before(data: bytes, lo: int, at: int, pending: Open = CLOSED) -> Open:
@@ -485,7 +529,9 @@ def _ranges(path: str, size: int) -> list[Range]:
         return []
     n = -(-size // CHUNK_BYTES)
     step = -(-size // n)
-    return [(path, s, min(size, s + step)) for s in range(0, size, step)]
+    with open(path, "rb") as fh:
+        streams = input_streams(fh.read(_FIRST_LINE_BYTES))
+    return [(path, s, min(size, s + step), streams) for s in range(0, size, step)]
 
 
 class _SharedRanges:
@@ -548,8 +594,11 @@ def _serial_scans(fh: BinaryIO, storage: str) -> Iterator[ChunkScan]:
     the GIL) while this one scans the piece before."""
     pieces = read_ahead(_pieces(fh)) if storage == "gzip" else _pieces(fh)
     pending = CLOSED  # read in order here: each piece starts with what the one before left open
+    streams: tuple[str, ...] | None = None
     for data, lo, hi in pieces:
-        scan = candidate_lines(data, True, lo, hi, pending)
+        if streams is None:
+            streams = input_streams(data[lo : lo + _FIRST_LINE_BYTES])
+        scan = candidate_lines(data, True, lo, hi, pending, streams)
         pending = scan.open_streams
         yield scan
 
@@ -598,26 +647,30 @@ class _Scans(Iterator[ChunkScan]):
             fh.close()
 
 
-def _scan_piece(piece: Piece, pending: Open = CLOSED) -> ChunkScan:
+def _scan_piece(piece: Piece, pending: Open = CLOSED, streams: tuple[str, ...] = ()) -> ChunkScan:
     """Worker: the candidate lines of one piece of a stream (``pending``: the runtime streams
-    open where it starts)."""
+    open where it starts; ``streams``: the input's, ``input_streams``)."""
     data, lo, hi = piece
     with paused_gc():
-        return candidate_lines(data, True, lo, hi, pending)
+        return candidate_lines(data, True, lo, hi, pending, streams)
 
 
-def _scan_spooled(item: spool.Spooled, pending: Open = CLOSED) -> ChunkScan:
+def _scan_spooled(item: spool.Spooled, pending: Open = CLOSED, streams: tuple[str, ...] = ()) -> ChunkScan:
     """Worker: the candidate lines of one spooled piece (its file is deleted once read)."""
-    return _scan_piece(spool.take(item), pending)
+    return _scan_piece(spool.take(item), pending, streams)
 
 
-def _open_at_ends(pieces: Iterator[Piece], opened: deque[Open]) -> Iterator[Piece]:
+def _open_at_ends(pieces: Iterator[Piece], opened: deque[tuple[Open, tuple[str, ...]]]) -> Iterator[Piece]:
     """``pieces`` unchanged, with the runtime streams open where each starts appended to
     ``opened`` as it passes (read from the LOOKBACK bytes before its end: the workers that scan
-    the pieces run apart, so this thread tells each where the one before left off)."""
+    the pieces run apart, so this thread tells each where the one before left off), beside the
+    input's streams (``input_streams``, read off the first piece)."""
     pending = CLOSED
+    streams: tuple[str, ...] | None = None
     for data, lo, hi in pieces:
-        opened.append(pending)
+        if streams is None:
+            streams = input_streams(data[lo : lo + _FIRST_LINE_BYTES])
+        opened.append((pending, streams))
         yield data, lo, hi
         back = line_start_after(data, hi - LOOKBACK, lo)
         pending = open_before(data, back, hi, pending if back == lo else CLOSED)
@@ -640,9 +693,9 @@ class _SpooledScans:
         directory = self._directory.name
 
         def submitted() -> Iterator[Any]:  # runs in the reader thread
-            opened: deque[Open] = deque()
+            opened: deque[tuple[Open, tuple[str, ...]]] = deque()
             for item in spool.spooled(_open_at_ends(_pieces(fh), opened), directory):
-                yield workers.apply_async(_scan_spooled, (item, opened.popleft()))
+                yield workers.apply_async(_scan_spooled, (item, *opened.popleft()))
 
         self._results = read_ahead(submitted(), depth=2 * jobs)
 
@@ -730,17 +783,20 @@ class LogInput:
         parser = LogParser()
         self.start()
         scans, self._started = self._started, None
-        run = RunState()  # the run of one prefix the chunk before ended in
+        runs: dict[str, RunState] = {}  # the run of one prefix each stream's chunks before ended in
         for scan in scans or ():
             candidates = scan.candidates
-            tail = scan.echo_tail
-            if scan.echo_pending and tail is not None:
+            if scan.echo_pending:
                 # Candidates whose run began in an earlier chunk: what it holds before each of them.
-                drop = {i for i, key, n in scan.echo_pending if lead_level(run, key, tail.lead[:n]) == ECHOED}
+                tails = dict(scan.echo_tails)
+                drop = {
+                    i
+                    for i, stream, key, n in scan.echo_pending
+                    if lead_level(runs.get(stream, _NO_RUN), key, tails[stream].lead[:n]) == ECHOED
+                }
                 if drop:
                     candidates = [c for i, c in enumerate(candidates) if i not in drop]
-            if tail is not None:
-                run = after_run(run, tail)
+            runs = after_runs(runs, scan.echo_tails)
             batch = parser.feed_chunk(candidates, self.lines)
             self.lines += scan.lines
             self.bytes += scan.nbytes

@@ -24,11 +24,13 @@ class Line:
     """One complete log line, decoded, without its line terminator.
 
     ``truncated`` is True when the physical line was longer than the source's bound and ``text``
-    holds only its first ``max_line_bytes`` bytes (decoded).
+    holds only its first ``max_line_bytes`` bytes (decoded). ``stream``: the pipe it came from where
+    the source reads a process's stdout and stderr apart ("stdout", "stderr"; "" elsewhere).
     """
 
     text: str
     truncated: bool = False
+    stream: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +94,13 @@ class LineSplitter:
     offset minus ``held``.
     """
 
-    __slots__ = ("_buf", "_max", "_over", "held")
+    __slots__ = ("_buf", "_max", "_over", "_stream", "held")
 
-    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, stream: str = "") -> None:
         if max_line_bytes < 1:
             raise ValueError("max_line_bytes must be at least 1")
         self._max = max_line_bytes
+        self._stream = stream  # every Line's ``stream``
         self._buf = bytearray()
         self._over = False
         self.held = 0
@@ -113,7 +116,7 @@ class LineSplitter:
                 break
             if not self.held and nl - start <= self._max:
                 # Fast path: the whole line is inside this chunk and nothing is buffered.
-                lines.append(_decode(data[start:nl], truncated=False))
+                lines.append(_decode(data[start:nl], False, self._stream))
             else:
                 self._append(data[start:nl])
                 lines.append(self._take())
@@ -147,21 +150,21 @@ class LineSplitter:
             self._buf += chunk
 
     def _take(self) -> Line:
-        line = _decode(bytes(self._buf), truncated=self._over)
+        line = _decode(bytes(self._buf), self._over, self._stream)
         self._buf.clear()
         self._over = False
         self.held = 0
         return line
 
 
-def _decode(raw: bytes, *, truncated: bool) -> Line:
+def _decode(raw: bytes, truncated: bool, stream: str = "") -> Line:
     if raw.endswith(b"\r"):
         raw = raw[:-1]
     if raw[:1] == b"\0":
         # A writer without O_APPEND keeps its old offset after a copytruncate, so the file
         # restarts with a hole of NULs before the next line: they are not text.
         raw = raw.lstrip(b"\0")
-    return Line(raw.decode("utf-8", errors="replace"), truncated)
+    return Line(raw.decode("utf-8", errors="replace"), truncated, stream)
 
 
 class QueuedLines:
