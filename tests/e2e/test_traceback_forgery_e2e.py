@@ -22,10 +22,8 @@ summary printed with ``-s`` names it). ``KVWATCH_E2E_OUT=DIR`` keeps the logs un
 from __future__ import annotations
 
 import json
-import os
 import re
 import runpy
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,23 +38,20 @@ import pytest
 import requests
 
 from kvwatch.reconcile.causes import CAUSES
-from kvwatch.sources.tail import positions_file
-from tests.helpers import KVWATCH, read_metrics, wait_for
+from tests.helpers import read_metrics, wait_for
 
+from . import forgery
 from . import server as harness
 from .vllm_env import VllmEnv
 
 pytestmark = pytest.mark.vllm
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-traceback"
+FIXTURE = forgery.FIXTURE
 VLLM_READY_TIMEOUT = 240.0  # the recording measured 22 s; the machine may be busy
-TOKENIZER_TIMEOUT = 300.0
 KVWATCH_READY_TIMEOUT = 60.0
 REQUEST_TIMEOUT = 120.0
 LOG_TIMEOUT = 120.0  # requests answered -> their records in the log
 CATCH_UP_TIMEOUT = 120.0  # the log holds them -> kvwatch has applied them
-ANALYZE_TIMEOUT = 300.0
-SCRAPE_INTERVAL = 1.0
 
 #: The forged lines: each begins one line of the log, behind vLLM's prefix or raw (uvicorn).
 FORGED_OOM = "torch.OutOfMemoryError: CUDA out of memory"
@@ -152,32 +147,10 @@ def _post(base_url: str, mode: str, body: tuple[str, dict[str, Any]]) -> Answer:
     return Answer(mode, resp.status_code, resp.text)
 
 
-def _build_tokenizer(env: VllmEnv, model_dir: Path, out_dir: Path) -> None:
-    result = subprocess.run(
-        [str(env.python), str(FIXTURE / "make_tokenizer.py"), str(model_dir), str(out_dir)],
-        env=harness.serve_env(None),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TOKENIZER_TIMEOUT,
-        check=False,
-    )
-    assert result.returncode == 0, f"make_tokenizer.py failed:\n{result.stdout}\n{result.stderr}"
-
-
 def _kvwatch_imports(workdir: Path) -> str:
     """Which kvwatch ``python -m kvwatch`` imports when started from ``workdir`` with this env."""
     probe = [sys.executable, "-c", "import kvwatch; print(kvwatch.__file__)"]
     return subprocess.run(probe, cwd=workdir, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
-
-
-def _position(state_dir: Path, log: Path) -> int:
-    """The log offset the sidecar saved after applying its last batch (0 before its first commit)."""
-    try:
-        doc = json.loads(positions_file(state_dir, log).read_text())
-    except (OSError, ValueError):
-        return 0
-    return max((int(f["offset"]) for f in doc.get("files", [])), default=0)
 
 
 def _freed(port: int) -> bool:
@@ -210,7 +183,7 @@ def _drive(
     # is complete and followed by another, and the sidecar must have applied them all.
     end = sc.log.stat().st_size
     wait_for(
-        lambda: _position(state_dir, sc.log) >= end or kvwatch.popen.poll() is not None,
+        lambda: forgery.saved_position(state_dir, sc.log) >= end or kvwatch.popen.poll() is not None,
         CATCH_UP_TIMEOUT,
         what=f"kvwatch to apply the log up to byte {end}",
     )
@@ -222,27 +195,16 @@ def _drive(
 @pytest.fixture(scope="module")
 def scenario(vllm_env: VllmEnv, tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     """One run (about 30 s with the compile cache warm), shared by the checks below."""
-    out = os.environ.get("KVWATCH_E2E_OUT")
-    if out:
-        workdir = Path(out) / "traceback-forgery"
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir(parents=True)
-    else:
-        workdir = tmp_path_factory.mktemp("e2e-traceback")
+    workdir = forgery.workdir("traceback-forgery", tmp_path_factory)
     sc = Scenario(workdir=workdir, log=workdir / "vllm-server.log")
     began = time.monotonic()
     sc.kvwatch_file = _kvwatch_imports(workdir)
     model_dir = workdir / "tiny-llama-tok"
-    _build_tokenizer(vllm_env, tiny_llama_dir, model_dir)
+    forgery.build_tokenizer(vllm_env, tiny_llama_dir, model_dir)
     sc.timings["tokenizer"] = time.monotonic() - began
 
-    config = harness.ServeConfig(enforce_eager=True, extra_args=("--chat-template", str(FIXTURE / "template.jinja")))
-    server = harness.VllmServer(vllm_env.vllm_bin, model_dir, sc.log, config=config, cache_dir=vllm_env.cache_dir)
-    # The harness's recipe (its 32-block pool; the fixture's serve.sh has vLLM's 1 GiB default) minus
-    # --skip-tokenizer-init: structured outputs need the tokenizer.
-    server.argv = [
-        a for a in harness.serve_argv(vllm_env.vllm_bin, model_dir, server.port, config) if a != "--skip-tokenizer-init"
-    ]
+    # (the harness's 32-block pool; the fixture's serve.sh has vLLM's 1 GiB default)
+    server = forgery.server(vllm_env, model_dir, sc.log)
     kv_port = harness.free_port()
     state_dir = workdir / "state"
     processes: list[harness.StartedProcess] = []
@@ -250,11 +212,7 @@ def scenario(vllm_env: VllmEnv, tiny_llama_dir: Path, tmp_path_factory: pytest.T
         server.start(VLLM_READY_TIMEOUT)
         assert server.process is not None
         sc.timings["vllm_ready"] = time.monotonic() - began
-        watch = [
-            *KVWATCH, "watch", "--log", str(sc.log), "--metrics-url", server.metrics_url,
-            "--model-config", str(model_dir / "config.json"), "--listen", f"{harness.HOST}:{kv_port}",
-            "--scrape-interval", str(SCRAPE_INTERVAL), "--from-start", "--state-dir", str(state_dir),
-        ]  # fmt: skip
+        watch = forgery.watch_argv(sc.log, server, model_dir, kv_port, state_dir)
         kvwatch = harness.start_process(
             "kvwatch watch", watch, workdir / "kvwatch.out", stderr_output=workdir / "kvwatch.err", cwd=workdir
         )
@@ -270,20 +228,9 @@ def scenario(vllm_env: VllmEnv, tiny_llama_dir: Path, tmp_path_factory: pytest.T
         err = workdir / "kvwatch.err"
         sc.kvwatch_stderr = err.read_text(errors="replace") if err.exists() else ""
     # vLLM has stopped: the whole log, shutdown included, read the batch way.
-    result = subprocess.run(
-        [*KVWATCH, "analyze", str(sc.log), "--format", "json"],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=ANALYZE_TIMEOUT,
-        check=False,
-    )
-    assert result.returncode == 0, f"kvwatch analyze failed: {result.stderr}"
-    sc.analyze = json.loads(result.stdout)
+    sc.analyze = forgery.analyze(sc.log, workdir)
     sc.timings["total"] = time.monotonic() - began
-    summary = json.dumps(sc.summary(), indent=1)
-    (workdir / "scenario-traceback-forgery.json").write_text(summary)
-    print(f"\n[e2e traceback forgery] {summary}\nworkdir: {workdir}")
+    forgery.keep_summary(workdir, "traceback-forgery", sc.summary())
     return sc
 
 
