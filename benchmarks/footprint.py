@@ -16,6 +16,10 @@ Targets (the sidecar's budget), after 10 minutes with a 5 s scrape interval: at 
 MiB, CPU <= 2 % of one core, record -> visible within 1 s at p99; at 5,000 lines/s RSS <= 50 MiB,
 CPU <= 3 %, p99 <= 200 ms.
 
+``--form cri`` writes every line as a kubelet's CRI log file holds it (``TIME stdout F LINE``, and
+a uvicorn warning on stderr every 100 lines): the sidecar of a pod reads that file, and reads its
+streams apart (kvwatch.parse.log.StreamRuns).
+
 ``--baseline-src DIR`` also runs an older kvwatch (a directory holding its ``kvwatch/`` package, e.g.
 ``git archive REV kvwatch | tar -x -C DIR``, run as ``python -m kvwatch``) following the same log in
 the same run, so both see the same writer and machine load; its CPU and RSS are printed beside.
@@ -23,6 +27,7 @@ the same run, so both see the same writer and machine load; its CPU and RSS are 
     .venv/bin/python benchmarks/footprint.py --minutes 10          # the acceptance run at 500 lines/s
     .venv/bin/python benchmarks/footprint.py --minutes 10 --rate 5000 --baseline-src /tmp/base
     .venv/bin/python benchmarks/footprint.py --minutes 1 --probes 20  # a quick look
+    .venv/bin/python benchmarks/footprint.py --minutes 10 --rate 5000 --form cri --baseline-src /tmp/base
 """
 
 from __future__ import annotations
@@ -91,12 +96,22 @@ def filler(i: int) -> str:
     )
 
 
-class Writer(threading.Thread):
-    """Appends ``rate`` lines/s in 10 ms batches, a stats record every 10 s."""
+def cri(line: str, stream: str = "stdout") -> str:
+    """``line`` (ending in a newline) as a CRI log file's entry."""
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}.123456789Z {stream} F {line}"
 
-    def __init__(self, path: Path, rate: int) -> None:
+
+FORMS = {"plain": lambda i, line: line, "cri": lambda i, line: cri(line) if i % 100 else cri(WARNING, "stderr")}
+WARNING = "WARNING:  Invalid HTTP request received.\n"
+
+
+class Writer(threading.Thread):
+    """Appends ``rate`` lines/s in 10 ms batches, a stats record every 10 s, in ``form``."""
+
+    def __init__(self, path: Path, rate: int, form: str = "plain") -> None:
         super().__init__(daemon=True)
         self.path, self.rate = path, rate
+        self.form = FORMS[form]
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.written = 0
@@ -111,13 +126,14 @@ class Writer(threading.Thread):
                     while self.written < due:
                         self.written += 1
                         periodic = self.stats and self.written % (self.rate * 10) == 0
-                        f.write(stats_line(40) if periodic else filler(self.written))
+                        line = stats_line(40) if periodic else filler(self.written)
+                        f.write(self.form(self.written if not periodic else 1, line))
                     f.flush()
                 time.sleep(0.01)
 
     def append(self, text: str) -> None:
         with self.lock, self.path.open("a") as f:
-            f.write(text)
+            f.write(self.form(1, text))
 
 
 def proc_stat(pid: int) -> tuple[float, int, int]:
@@ -144,11 +160,13 @@ def main() -> int:
     ap.add_argument("--probes", type=int, default=100)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--baseline-src", default=None, help="an older kvwatch source tree to run beside")
+    ap.add_argument("--form", choices=sorted(FORMS), default="plain", help="how the log file holds its lines")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kvwatch-footprint-"))
     log = work / "vllm.log"
-    log.write_text(STARTUP.read_text(errors="replace").split("Engine 000:")[0].rsplit("\n", 1)[0] + "\n")
+    startup = STARTUP.read_text(errors="replace").split("Engine 000:")[0].rsplit("\n", 1)[0].split("\n")
+    log.write_text("".join(FORMS[args.form](1, line.rstrip("\r") + "\n") for line in startup))
     vllm_port, kv_port = free_port(), free_port()
     httpd = serve_fixture(vllm_port)
     kvwatch = Path(sys.executable).with_name("kvwatch")
@@ -183,7 +201,7 @@ def main() -> int:
             cwd=str(work),
         )
     tail = subprocess.Popen(["tail", "-F", "-n", "0", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    writer = Writer(log, args.rate)
+    writer = Writer(log, args.rate, args.form)
     try:
         for port in (kv_port, base_port) if base is not None else (kv_port,):
             for _ in range(600):  # up to ~30 s on a busy machine
@@ -226,6 +244,7 @@ def main() -> int:
         figures = {
             "minutes": args.minutes,
             "rate_lines_per_s": args.rate,
+            "form": args.form,
             "lines_written": writer.written,
             "scrape_interval_s": args.scrape_interval,
             "rss_mib": round(rss / 1024, 1),
