@@ -1199,8 +1199,9 @@ class StreamLines:
 
 
 class StreamRuns:
-    """The ``EchoRuns`` of a stretch of lines, one per stream of ``streams`` (``runtime_streams``;
-    none: one for all lines, as for a log no runtime wrote), each over its own ``make()``."""
+    """The ``EchoRuns`` of a stretch of lines, one per stream of ``streams`` (``runtime_streams``,
+    or those with a line here; none: one for all lines, as for a log no runtime wrote), each over
+    its own ``make()``. A line no runtime tagged, being in every stream, is read in the first's."""
 
     __slots__ = ("_base", "_make", "_runs", "streams")
 
@@ -1216,7 +1217,7 @@ class StreamRuns:
             return ""
         if self._base is None:
             self._base = self._make()
-        return self._base.stream(pos)
+        return self._base.stream(pos) or self.streams[0]
 
     def of(self, stream: str) -> EchoRuns:
         """The runs of ``stream``."""
@@ -1227,8 +1228,8 @@ class StreamRuns:
         return runs
 
     def tails(self) -> tuple[tuple[str, RunTail], ...]:
-        """``(stream, RunTail)`` of every stream with a line here ("" first: all lines)."""
-        found = ((s, self.of(s).tail()) for s in ("", *self.streams))
+        """``(stream, RunTail)`` of every stream with a line here ("": all lines, when no stream is told)."""
+        found = ((s, self.of(s).tail()) for s in self.streams or ("",))
         return tuple((s, t) for s, t in found if t is not None)
 
 
