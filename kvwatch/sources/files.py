@@ -246,7 +246,6 @@ def input_streams(first_line: bytes) -> tuple[str, ...]:
 
 _ASGI_WORDS = ASGI_ERROR.encode()
 _FIRST_LINE_BYTES = 64 << 10  # enough of an input's first line for its runtime's tag (input_streams)
-_NO_RUN = RunState()
 
 
 class _ChunkLines:
@@ -792,7 +791,7 @@ class LogInput:
                 drop = {
                     i
                     for i, stream, key, n in scan.echo_pending
-                    if lead_level(runs.get(stream, _NO_RUN), key, tails[stream].lead[:n]) == ECHOED
+                    if lead_level(runs.get(stream) or RunState(), key, tails[stream].lead[:n]) == ECHOED
                 }
                 if drop:
                     candidates = [c for i, c in enumerate(candidates) if i not in drop]
