@@ -21,6 +21,7 @@ import pytest
 
 from kvwatch.parse import logpatterns as P
 from kvwatch.parse.log import _may_open_record, clean
+from kvwatch.sources import lines as lines_module
 from kvwatch.sources.lines import Line, LineSplitter
 
 # Bytes that each take a decision of the splitter: newline, CR (a CRLF loses it), NUL (a file
@@ -67,18 +68,38 @@ def _fed(splitter: LineSplitter, chunks: list[bytes]) -> tuple[list[Line], Line 
 
 
 @pytest.mark.parametrize("bound", [1 << 20, 48, 7])
-def test_a_batch_split_at_once_gives_the_lines_a_byte_at_a_time_gives(bound: int) -> None:
+def test_a_batch_split_at_once_gives_the_lines_a_byte_at_a_time_gives(
+    bound: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = random.Random(bound)
-    bulk_taken = 0
+    made = [0]  # Lines the batch way made (a byte at a time never takes it: no whole line follows)
+
+    def counted(cls: type, fields: tuple[str, bool, str]) -> Line:
+        made[0] += 1
+        return tuple.__new__(cls, fields)
+
+    monkeypatch.setattr(lines_module, "_new_line", counted)
     for _ in range(3000):
         data = _random_stream(rng)
         chunks = _cuts(rng, data)
+        before = made[0]
         reference = _fed(LineSplitter(bound, "stderr"), [data[i : i + 1] for i in range(len(data))])
+        assert made[0] == before
         got = _fed(LineSplitter(bound, "stderr"), chunks)
         assert got == reference, (chunks, got, reference)
-        first = chunks[0] if chunks else b""
-        bulk_taken += b"\r" not in first and b"\0" not in first and first.rfind(b"\n") > 0
-    assert bulk_taken > 400  # the shortcut itself was exercised, not only the way around it
+    assert made[0] > 300  # the shortcut itself was exercised, not only the way around it
+
+
+def test_the_lines_after_a_held_one_are_split_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A follower's read mostly ends inside a line: the next batch still takes the shortcut.
+    made: list[tuple[str, bool, str]] = []
+    monkeypatch.setattr(
+        lines_module, "_new_line", lambda cls, fields: made.append(fields) or tuple.__new__(cls, fields)
+    )
+    splitter = LineSplitter(1 << 20)
+    assert splitter.feed(b"a\nb\nha") == [Line("a"), Line("b")]
+    assert splitter.feed(b"lf\nc\nd\ne") == [Line("half"), Line("c"), Line("d")]
+    assert made == [("a", False, ""), ("b", False, ""), ("c", False, ""), ("d", False, "")]
 
 
 def test_a_batch_split_at_once_keeps_what_the_splitter_holds_for_the_next_one() -> None:

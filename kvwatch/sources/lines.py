@@ -112,21 +112,27 @@ class LineSplitter:
         """Consume ``data``; return the lines it completes (in order)."""
         lines: list[Line] = []
         start = 0
-        if not self.held:
-            # The common batch: whole lines and nothing held. Decoded in one call and split at its
-            # newlines, which give the same lines as decoding each alone (a newline byte is never
-            # part of a UTF-8 sequence, so an invalid sequence before one becomes the same U+FFFD
-            # either way); a batch holding a CR or NUL, or a line over the bound, takes the line
-            # by line way below, which treats those.
-            last = data.rfind(b"\n")
-            if last > 0 and b"\r" not in data and b"\0" not in data:
-                body = data[:last]
-                if last <= self._max or max(map(len, body.split(b"\n"))) <= self._max:
-                    stream = self._stream
-                    lines = [
-                        _new_line(Line, (text, False, stream)) for text in body.decode("utf-8", "replace").split("\n")
-                    ]
-                    start = last + 1
+        if self.held:
+            # A follower's read mostly ends inside a line: finish that one first.
+            nl = data.find(b"\n")
+            if nl < 0:
+                self._append(data)
+                return lines
+            self._append(data[:nl])
+            lines.append(self._take())
+            start = nl + 1
+        # The lines after it, whole in ``data``: decoded in one call and split at their newlines,
+        # which gives the lines decoding each alone gives (a newline byte is never part of a UTF-8
+        # sequence, so an invalid one before it becomes the same U+FFFD either way). A CR or NUL
+        # among them, or a line over the bound, sends them the line-by-line way below.
+        last = data.rfind(b"\n", start)
+        if last > start and data.find(b"\r", start, last) < 0 and data.find(b"\0", start, last) < 0:
+            body = data[start:last]
+            if last - start <= self._max or max(map(len, body.split(b"\n"))) <= self._max:
+                stream = self._stream
+                texts = body.decode("utf-8", "replace").split("\n")
+                lines += [_new_line(Line, (text, False, stream)) for text in texts]
+                start = last + 1
         find = data.find
         while True:
             nl = find(b"\n", start)
