@@ -19,6 +19,7 @@ from itertools import pairwise
 
 import pytest
 
+from kvwatch.parse import log
 from kvwatch.parse import logpatterns as P
 from kvwatch.parse.log import _may_open_record, clean
 from kvwatch.sources import lines as lines_module
@@ -168,3 +169,66 @@ def test_may_open_record_on_the_lines_a_sidecar_sees_most() -> None:
     # The tail is the cleaned line's: a code right at the end is dropped, the "A" before it counts.
     assert _may_open_record("INFO 11-29 14:05:10 [loggers.py:236] Avg\x1b[0m")
     assert _may_open_record("INFO 11-29 14:05:10 [loggers.py:236] Avg" + "[0;0;0;0;0;0;0;0;0;0;0;0;0m")
+
+
+# ---- a batch's streams, read at once -------------------------------------------------------------
+
+_STREAM_LINES = (
+    "2026-12-06T03:31:24.123456789Z stdout F (APIServer pid=7) INFO 11-29 14:05:10 [logger.py:43] Received request",
+    '2026-12-06T03:31:24.123456789Z stdout F INFO:     127.0.0.1:4242 - "POST /v1/completions HTTP/1.1" 200 OK',
+    "2026-12-06T03:31:24.123456789Z stderr F WARNING:  Invalid HTTP request received.",
+    "2026-12-06T03:31:24.123456789Z stderr P Traceback (most recent call last):",
+    "2026-12-06T03:31:24Z stdout F:X   File x.py",
+    '{"log":"INFO 11-29 14:05:10 [core.py:1] ok\\n","stream":"stdout","time":"2026-12-06T03:31:24Z"}',
+    '{"log":"WARNING:  Invalid HTTP request\\n","stream":"stderr","time":"2026-12-06T03:31:24Z"}',
+    '{"log":"half',
+    "2026-12-06 stdout F not an entry",
+    "\u0663026-12-06T03:31:24Z stdout F a digit that is no ASCII digit",
+    "INFO 11-29 14:05:10 [core.py:1] a line no runtime wrote",
+    "",
+)
+
+
+def _reference_seek(lines: log.ListLines, n: int, pos: int, stream: str, forward: bool, pieces: set[int]) -> int | None:
+    step = 1 if forward else -1
+    while 0 <= pos < n:
+        s = lines.stream(pos)
+        if (not s or s == stream) and pos not in pieces:
+            return pos
+        pos += step
+    return None
+
+
+def test_a_batchs_streams_read_at_once_are_each_lines_own() -> None:
+    rng = random.Random(5)
+    for _ in range(2000):
+        lines = [rng.choice(_STREAM_LINES) for _ in range(rng.randint(0, 12))]
+        assert log.line_streams(lines, "\n".join(lines)) == [log.line_stream(line) for line in lines]
+
+
+def test_a_streams_view_of_a_batch_walks_only_its_lines_and_answers_as_the_walk_over_all() -> None:
+    rng = random.Random(6)
+    for _ in range(600):
+        texts = [rng.choice(_STREAM_LINES) for _ in range(rng.randint(1, 14))]
+        pieces = {i for i in range(len(texts)) if rng.random() < 0.15}
+        texts = ["" if i in pieces else t for i, t in enumerate(texts)]
+        streams = log.line_streams(texts, "\n".join(texts))
+        for stream in ("cstdout", "cstderr", "dstdout", "dstderr"):
+            view = log.ListLines(texts, pieces, streams)
+            runs = log.EchoRuns(view)  # record_head per line, as the runs read them
+            for pos in range(len(texts)):
+                for forward in (True, False):
+                    assert view.seek(pos, stream, forward) == _reference_seek(
+                        view, len(texts), pos, stream, forward, pieces
+                    )
+                expected = next(
+                    (
+                        i
+                        for i in range(pos, len(texts))
+                        if streams[i] in ("", stream) and log._visible(texts[i]) and runs.head(i).bounds
+                    ),
+                    None,
+                )
+                fresh = log.ListLines(texts, pieces, streams)
+                assert fresh.headed_from(pos, runs.head, stream) == expected
+                assert view.headed_from(pos, runs.head, stream) == expected  # through the memo too

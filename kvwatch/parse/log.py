@@ -67,6 +67,7 @@ __all__ = [
     "clean",
     "lead_level",
     "line_stream",
+    "line_streams",
     "parse_line",
     "record_head",
     "runtime_streams",
@@ -1050,6 +1051,21 @@ def line_stream(text: str) -> str:
     return ""
 
 
+def line_streams(lines: Sequence[str], joined: str) -> list[str]:
+    """``line_stream`` of each of ``lines`` (``joined``: them joined by newlines), in one pass: a
+    followed batch's runs ask for most of its lines' streams, one regex call each.
+
+    A line can match at most one of the two entry forms (a CRI entry starts with a digit, a docker
+    one with "{"), and ``line_stream`` tries only the one its first character names, so either
+    match is the answer; the docker form is tried only where a line starts with "{"."""
+    out = ["c" + m.group(1) if m is not None else "" for m in map(_CRI_STREAM.match, lines)]
+    if joined.startswith("{") or "\n{" in joined:
+        for i, m in enumerate(map(_DOCKER_STREAM.match, lines)):
+            if m is not None:
+                out[i] = "d" + m.group(1)
+    return out
+
+
 def stream_tag(stream: str) -> str:
     """The words every entry of ``stream`` (``line_stream``) holds: the CRI log's " stderr " after
     the time, docker's '","stream":"stderr"' after the line."""
@@ -1079,39 +1095,57 @@ class Lines(Protocol):
 
     def asgi_lines(self) -> list[Any]: ...  # in order, every line whose text holds ASGI_ERROR
 
-    def headed_from(self, pos: Any, head: Callable[[Any], Head]) -> Any:
-        """The first line at or after ``pos`` whose ``head`` has a vLLM header (None: none)."""
+    def headed_from(self, pos: Any, head: Callable[[Any], Head], stream: str | None = None) -> Any:
+        """The first line at or after ``pos`` whose ``head`` has a vLLM header (None: none); given
+        ``stream``, the first among that stream's lines and those no runtime tagged (the others'
+        heads are not read: a line of another stream heads none of this one's runs)."""
         ...
 
 
 class ListLines:
-    """``Lines`` of a list of strings (a sidecar's batch), by index; ``stream_of``: a line's stream
-    by its index, where the lines' transport tells them apart (see ``StreamLines``)."""
+    """``Lines`` of a list of strings (a sidecar's batch), by index; ``streams``: each line's
+    stream, where the lines' transport tells them apart (see ``StreamLines``)."""
 
-    __slots__ = ("_asgi", "_headed", "_lines", "_pieces", "_stream_of")
+    __slots__ = ("_asgi", "_headed", "_lines", "_own", "_pieces", "_streams")
 
     def __init__(
-        self, lines: Sequence[str], pieces: Collection[int] = (), stream_of: Callable[[int], str] | None = None
+        self, lines: Sequence[str], pieces: Collection[int] = (), streams: Sequence[str] | None = None
     ) -> None:
         self._lines = lines
         self._pieces = pieces
-        self._stream_of = stream_of
+        self._streams = streams
         self._asgi: list[int] | None = None
         self._headed: dict[int, int | None] = {}
+        self._own: dict[str, list[int]] = {}
 
     def stream(self, pos: int) -> str:
-        return self._stream_of(pos) if self._stream_of is not None else ""
+        return self._streams[pos] if self._streams is not None else ""
+
+    def _lines_of(self, stream: str) -> list[int]:
+        """The indices of ``stream``'s lines and of those no runtime tagged, ascending."""
+        own = self._own.get(stream)
+        if own is None:
+            streams = self._streams
+            if streams is None:
+                own = list(range(len(self._lines)))
+            else:
+                own = [i for i, s in enumerate(streams) if not s or s == stream]
+            self._own[stream] = own
+        return own
 
     def seek(self, pos: int | None, stream: str, forward: bool) -> int | None:
-        step = 1 if forward else -1
-        while pos is not None:
-            s = self.stream(pos)
-            if (not s or s == stream) and pos not in self._pieces:
-                return pos
-            pos += step
-            if not 0 <= pos < len(self._lines):
-                return None
-        return None
+        if pos is None:
+            return None
+        own, pieces = self._lines_of(stream), self._pieces
+        if forward:
+            k = bisect_left(own, pos)
+            while k < len(own) and own[k] in pieces:
+                k += 1
+            return own[k] if k < len(own) else None
+        k = bisect_right(own, pos) - 1
+        while k >= 0 and own[k] in pieces:
+            k -= 1
+        return own[k] if k >= 0 else None
 
     def text(self, pos: int) -> str:
         return self._lines[pos]
@@ -1139,11 +1173,17 @@ class ListLines:
             self._asgi = [i for i, line in enumerate(self._lines) if ASGI_ERROR in line]
         return self._asgi
 
-    def headed_from(self, pos: int, head: Callable[[int], Head]) -> int | None:
+    def headed_from(self, pos: int, head: Callable[[int], Head], stream: str | None = None) -> int | None:
+        # The memo holds one ``stream``'s answers: each StreamLines view has a ListLines of its own.
         memo = self._headed
         lines = self._lines
         found, passed = None, []
-        for i in range(pos, len(lines)):
+        if stream is None:
+            walk: Iterable[int] = range(pos, len(lines))
+        else:
+            own = self._lines_of(stream)
+            walk = itertools.islice(own, bisect_left(own, pos), None)
+        for i in walk:
             if i in memo:
                 found = memo[i]
                 break
@@ -1165,9 +1205,6 @@ class Streamed(Lines, Protocol):
         """The first line at ``pos`` or after it (``forward``; else at it or before it) that is of
         ``stream`` or of none, and no runtime's continuation piece (None: none)."""
         ...
-
-
-_NOT_MINE = Head(RAW, False, _OTHER, False)  # a line of another stream, as its runs see it: none
 
 
 class StreamLines:
@@ -1209,9 +1246,8 @@ class StreamLines:
             self._asgi = [p for p in self._base.asgi_lines() if self._mine(p)]
         return self._asgi
 
-    def headed_from(self, pos: Any, head: Callable[[Any], Head]) -> Any:
-        mine = self._mine
-        return self._base.headed_from(pos, lambda p: head(p) if mine(p) else _NOT_MINE)
+    def headed_from(self, pos: Any, head: Callable[[Any], Head], stream: str | None = None) -> Any:
+        return self._base.headed_from(pos, head, self._stream)
 
 
 class StreamRuns:
@@ -1627,22 +1663,15 @@ class LogParser:
                     self._streams = runtime_streams(line_stream(opening))
             if not self._streams:
                 return StreamRuns(lambda: ListLines(lines, pieces))
-            known: dict[int, str] = {}
-
-            def stream_of(i: int) -> str:
-                got = known.get(i)
-                if got is None:
-                    got = known[i] = line_stream(lines[i])
-                return got
-
             # The streams with a line here (whose tag the batch holds): another's runs go on
             # untouched past this batch, and no line is read for it.
             joined = "\n".join(lines)
+            tagged = line_streams(lines, joined)
             return StreamRuns(
-                lambda: ListLines(lines, pieces, stream_of), [s for s in self._streams if stream_tag(s) in joined]
+                lambda: ListLines(lines, pieces, tagged), [s for s in self._streams if stream_tag(s) in joined]
             )
         given = streams
-        return StreamRuns(lambda: ListLines(lines, pieces, given.__getitem__), sorted(set(given) - {""}))
+        return StreamRuns(lambda: ListLines(lines, pieces, given), sorted(set(given) - {""}))
 
     def feed_chunk(self, candidates: Iterable[tuple[int, str, LineScan | StatsRow]], base: int) -> list[LogRecord]:
         """``feed_scan`` for every ``(line index, text, scan)`` of a chunk whose index 0 is line

@@ -331,7 +331,8 @@ class _ChunkLines:
             pos = None if at == -1 else max(lo, data.rfind(b"\n", lo, at) + 1)
         return None
 
-    def headed_from(self, pos: int, head: Callable[[int], Head]) -> int | None:
+    def headed_from(self, pos: int, head: Callable[[int], Head], stream: str | None = None) -> int | None:
+        # The memo holds one ``stream``'s answers: each StreamLines view has a _ChunkLines of its own.
         memo = self._headed
         if pos in memo:
             return memo[pos]
@@ -346,7 +347,7 @@ class _ChunkLines:
             if line in memo:
                 found = memo[line]
                 break
-            if head(line).bounds:
+            if (stream is None or self.stream(line) in ("", stream)) and head(line).bounds:
                 found = line
                 break
             passed.append(line)
