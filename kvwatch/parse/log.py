@@ -1051,6 +1051,9 @@ def line_stream(text: str) -> str:
     return ""
 
 
+_CRI_NAMES = {"stdout": "cstdout", "stderr": "cstderr"}  # _CRI_STREAM's group 1 -> line_stream's answer
+
+
 def line_streams(lines: Sequence[str], joined: str) -> list[str]:
     """``line_stream`` of each of ``lines`` (``joined``: them joined by newlines), in one pass: a
     followed batch's runs ask for most of its lines' streams, one regex call each.
@@ -1058,7 +1061,8 @@ def line_streams(lines: Sequence[str], joined: str) -> list[str]:
     A line can match at most one of the two entry forms (a CRI entry starts with a digit, a docker
     one with "{"), and ``line_stream`` tries only the one its first character names, so either
     match is the answer; the docker form is tried only where a line starts with "{"."""
-    out = ["c" + m.group(1) if m is not None else "" for m in map(_CRI_STREAM.match, lines)]
+    names = _CRI_NAMES  # the two names, shared: no string is made per line
+    out = [names[m.group(1)] if m is not None else "" for m in map(_CRI_STREAM.match, lines)]
     if joined.startswith("{") or "\n{" in joined:
         for i, m in enumerate(map(_DOCKER_STREAM.match, lines)):
             if m is not None:
