@@ -1099,10 +1099,8 @@ class Lines(Protocol):
 
     def asgi_lines(self) -> list[Any]: ...  # in order, every line whose text holds ASGI_ERROR
 
-    def headed_from(self, pos: Any, head: Callable[[Any], Head], stream: str | None = None) -> Any:
-        """The first line at or after ``pos`` whose ``head`` has a vLLM header (None: none); given
-        ``stream``, the first among that stream's lines and those no runtime tagged (the others'
-        heads are not read: a line of another stream heads none of this one's runs)."""
+    def headed_from(self, pos: Any, head: Callable[[Any], Head]) -> Any:
+        """The first line at or after ``pos`` whose ``head`` has a vLLM header (None: none)."""
         ...
 
 
@@ -1210,6 +1208,12 @@ class Streamed(Lines, Protocol):
         ``stream`` or of none, and no runtime's continuation piece (None: none)."""
         ...
 
+    def headed_from(self, pos: Any, head: Callable[[Any], Head], stream: str | None = None) -> Any:
+        """``Lines.headed_from``; given ``stream``, the first among that stream's lines and those
+        no runtime tagged (the others' heads are not read: a line of another stream heads none of
+        this one's runs, StreamLines)."""
+        ...
+
 
 class StreamLines:
     """The ``Lines`` of one stream of ``base``: its runs see the other stream's lines as if they
@@ -1250,7 +1254,7 @@ class StreamLines:
             self._asgi = [p for p in self._base.asgi_lines() if self._mine(p)]
         return self._asgi
 
-    def headed_from(self, pos: Any, head: Callable[[Any], Head], stream: str | None = None) -> Any:
+    def headed_from(self, pos: Any, head: Callable[[Any], Head]) -> Any:
         return self._base.headed_from(pos, head, self._stream)
 
 
