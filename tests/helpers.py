@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,16 +23,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.server import free_port
+
 # How long a test waits for an event before calling it missing. Far above any healthy run
 # (seconds), so only a real hang fails; a passing wait returns as soon as the event happens.
 EVENT_CEILING_SECONDS = 120.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class MetricsEndpoint:

@@ -30,10 +30,9 @@ from typing import Any
 
 import pytest
 import requests
-import yaml
 
 from tests.conftest import FIXTURES, require_binary
-from tests.e2e.server import free_port, start_process, stop_process_tree, wait_for_http_ok
+from tests.e2e.server import free_port, start_prometheus, stop_process_tree
 from tests.helpers import MetricsEndpoint, run
 
 SEED = FIXTURES / "vllm-cpu-seed"
@@ -92,7 +91,6 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # the whole run lies inside the tests' 10-minute ranges.
     base = time.time() - _recorded_offset(texts[-1]) - 5
     full, short = ReplayServer(texts, base), ReplayServer(texts[:SHORT], base)
-    port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [
@@ -100,20 +98,8 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             {"job_name": "vllm-short", "static_configs": [{"targets": [f"127.0.0.1:{short.port}"]}]},
         ],
     }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    prom = start_process(
-        "prometheus",
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        tmp / "prometheus.log",
-    )
-    url = f"http://127.0.0.1:{port}"
+    prom, url = start_prometheus(binary, tmp, config)
     try:
-        wait_for_http_ok(f"{url}/-/ready", 60, alive=lambda: prom.popen.poll() is None, poll_seconds=0.2)
         # Wait on the event itself: both targets served past their last recording, and
         # Prometheus holds every recording of each (one sample per distinct stamp).
         want = {"vllm": len(texts), "vllm-short": SHORT}

@@ -27,10 +27,15 @@ from typing import Any
 
 import pytest
 import requests
-import yaml
 
 from tests.conftest import FIXTURES, ROOT, require_binary
-from tests.e2e.server import StartedProcess, free_port, start_process, stop_process_tree, wait_for_http_ok
+from tests.e2e.server import (
+    StartedProcess,
+    free_port,
+    start_process,
+    start_prometheus,
+    stop_process_tree,
+)
 from tests.generated_files import DASHBOARDS, GEN, queries
 from tests.helpers import MetricsEndpoint
 
@@ -101,7 +106,7 @@ class Observed:
 def stack(tmp_path: Path) -> Iterator[tuple[str, StartedProcess]]:
     """Recorded vLLM + kvwatch replay + Prometheus; yields Prometheus's base URL and kvwatch."""
     prometheus = require_binary("prometheus")
-    kvwatch_port, prom_port = free_port(), free_port()
+    kvwatch_port = free_port()
     rules = tmp_path / "rules.yaml"
     rules.write_text(GEN.rules_text(GEN.with_settings(**E2E_SETTINGS)), encoding="utf-8")
     vllm = RecordedVllm(SPEED)
@@ -115,22 +120,10 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, StartedProcess]]:
                                                      "labels": {"pod": "seed-0"}}]},
         ],
     }  # fmt: skip
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
     started: list[StartedProcess] = []
     try:
-        prom = start_process(
-            "prometheus",
-            [
-                prometheus,
-                f"--config.file={tmp_path / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-            ],
-            tmp_path / "prometheus.log",
-        )
+        prom, url = start_prometheus(prometheus, tmp_path, config)
         started.append(prom)
-        url = f"http://127.0.0.1:{prom_port}"
-        wait_for_http_ok(f"{url}/-/ready", 30, alive=lambda: prom.popen.poll() is None, poll_seconds=0.2)
         vllm.start()
         kvwatch = start_process(
             "kvwatch",

@@ -11,7 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.helpers import EVENT_CEILING_SECONDS, free_port, value, wait_for
+from tests.e2e.server import free_port
+from tests.helpers import EVENT_CEILING_SECONDS, value, wait_for
 
 SEED = Path(__file__).parent / "fixtures" / "vllm-cpu-seed"
 

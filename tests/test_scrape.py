@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import http.server
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import requests
 
 from kvwatch.errors import UsageError
 from kvwatch.sources.scrape import MetricsScraper, redact
+from tests.e2e.server import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL_SCRAPE = (FIXTURES / "vllm-cpu" / "metrics-03.prom").read_bytes()
@@ -432,9 +432,7 @@ def test_tls_endpoint_is_read_when_told_how_to_trust_it(tls_server: tuple[FakeVl
 def test_a_refused_connection_retries_at_the_interval_so_a_starting_vllm_is_seen_at_once() -> None:
     # vLLM takes 30-60 s to listen; exponential backoff from refusals left the sidecar blind for
     # ~30 s after vLLM was ready (found by the real-vLLM e2e test in wrapper mode).
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there: refused
     scraper = MetricsScraper(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT, bearer_token=None, verify=True,
                              interval=1.0, max_backoff=60.0)  # fmt: skip
     for _ in range(6):

@@ -39,7 +39,13 @@ from kvwatch.export.server import DROP_REASONS, MetricsServer
 from kvwatch.export.webconfig import _crypt, load_web_config
 from kvwatch.reconcile.live import LiveState
 from tests.conftest import ROOT, require_binary
-from tests.e2e.server import StartedProcess, free_port, start_process, stop_process_tree, wait_for_http_ok
+from tests.e2e.server import (
+    StartedProcess,
+    free_port,
+    start_process,
+    start_prometheus,
+    stop_process_tree,
+)
 from tests.helpers import Kvwatch, value, wait_for
 
 CEILING = 60.0
@@ -317,7 +323,7 @@ def prometheus_against_kvwatch(
     tmp_path: Path, web_config: Path, certificate: tuple[Path, Path, Path]
 ) -> Iterator[tuple[str, StartedProcess]]:
     prometheus = require_binary("prometheus")
-    kvwatch_port, prom_port = free_port(), free_port()
+    kvwatch_port = free_port()
     target = {"targets": [f"127.0.0.1:{kvwatch_port}"]}
     tls = {"ca_file": str(certificate[0])}
     config = {
@@ -329,7 +335,6 @@ def prometheus_against_kvwatch(
              "basic_auth": {"username": "prometheus", "password": "guess"}, "static_configs": [target]},
         ],
     }  # fmt: skip
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     (tmp_path / "vllm.log").touch()
     started: list[StartedProcess] = []
     try:
@@ -340,15 +345,8 @@ def prometheus_against_kvwatch(
             tmp_path / "kvwatch.log",
         )  # fmt: skip
         started.append(kvwatch)
-        prom = start_process(
-            "prometheus",
-            [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{prom_port}"],
-            tmp_path / "prometheus.log",
-        )  # fmt: skip
+        prom, url = start_prometheus(prometheus, tmp_path, config)
         started.append(prom)
-        url = f"http://127.0.0.1:{prom_port}"
-        wait_for_http_ok(f"{url}/-/ready", 60, alive=lambda: prom.popen.poll() is None, poll_seconds=0.2)
         yield url, kvwatch
     finally:
         for proc in reversed(started):

@@ -26,7 +26,8 @@ from kvwatch.reconcile.architecture import resolve_model
 from kvwatch.reconcile.live import Event, LiveState
 from kvwatch.settings import WatchSettings
 from kvwatch.sidecar import expected_for
-from tests.helpers import free_port, value, wait_for
+from tests.e2e.server import free_port
+from tests.helpers import value, wait_for
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "vllm-cpu-sliding-hybrid"
 # model folder, the block size vLLM used, what vLLM printed (tokens, concurrency at 4,096)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import EVENT_CEILING_SECONDS, Kvwatch, free_port, value, wait_for
+from tests.e2e.server import free_port
+from tests.helpers import EVENT_CEILING_SECONDS, Kvwatch, value, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = FIXTURES / "vllm-cpu-seed"

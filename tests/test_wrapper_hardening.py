@@ -25,7 +25,7 @@ import pytest
 
 from kvwatch.sources.child import ChildProcess
 from tests.conftest import ROOT
-from tests.helpers import free_port
+from tests.e2e.server import free_port
 
 KVWATCH = str(ROOT / ".venv" / "bin" / "kvwatch")
 

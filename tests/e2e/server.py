@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,17 +24,52 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
+import yaml
 
 from .load import require_loopback
 
 HOST = "127.0.0.1"
 
 
+#: Ports this process has handed out: never twice, so two servers of one test cannot get the same.
+_HANDED_OUT: set[int] = set()
+#: How far below the kernel's ephemeral range free_port looks.
+_PORTS_BELOW_EPHEMERAL = 12_000
+
+
+def _ephemeral_low() -> int:
+    """The first port of net.ipv4.ip_local_port_range (32768 when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = HOST) -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nobody listens on now, and one the kernel never hands out on its own.
+
+    The port a server is told to bind is chosen here and bound by the child a moment later. A port
+    from ``bind(host, 0)`` comes from the ephemeral range (net.ipv4.ip_local_port_range), which
+    every ``connect()`` and every other ``bind(0)`` on the machine draws from too: vLLM's internal
+    ZMQ and gloo sockets, Prometheus' scrapes, the harness's own polls. In that gap one of them can
+    take it (CI saw Prometheus exit with "bind: address already in use" on such a port). Below the
+    range a port is only ever taken by someone who names it, so the gap is closed; the range is
+    read from the kernel, and this process never hands the same port out twice.
+    """
+    low = _ephemeral_low()
+    candidates = list(range(max(1024, low - _PORTS_BELOW_EPHEMERAL), low))
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates:
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))  # no SO_REUSEADDR: a port with connections in TIME_WAIT is skipped
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free TCP port on {host} below the ephemeral range (from {low}): too many listeners")
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
@@ -131,8 +167,15 @@ def start_process(
     env: Mapping[str, str] | None = None,
     stderr_output: Path | None = None,
     cwd: Path | None = None,
+    busy_neighbour: bool = False,
 ) -> StartedProcess:
-    """Start ``argv`` in a new session with stdout (and stderr, unless ``stderr_output``) in files."""
+    """Start ``argv`` in a new session with stdout (and stderr, unless ``stderr_output``) in files.
+
+    ``busy_neighbour``: the process, and the session it leads, yield the CPU to everything else
+    (``as_busy_neighbour`` and ``yield_session``); for vLLM's CPU engine beside kvwatch.
+    """
+    if busy_neighbour:
+        argv = as_busy_neighbour(list(argv))
     output.parent.mkdir(parents=True, exist_ok=True)
     with open(output, "wb") as out:
         err = open(stderr_output, "wb") if stderr_output else subprocess.STDOUT  # noqa: SIM115
@@ -149,6 +192,8 @@ def start_process(
         finally:
             if stderr_output:
                 err.close()  # type: ignore[union-attr]
+    if busy_neighbour:
+        yield_session(popen.pid)
     started = StartedProcess(name=name, popen=popen, output=output)
     started.remember_tree()
     return started
@@ -212,6 +257,40 @@ def wait_for_http_ok(
         if time.monotonic() - began > timeout_seconds:
             raise TimeoutError(f"{url} did not answer 200 within {timeout_seconds:.0f} s")
         time.sleep(poll_seconds)
+
+
+def start_prometheus(
+    binary: str, workdir: Path, config: Mapping[str, object], ready_timeout_seconds: float = 60.0
+) -> tuple[StartedProcess, str]:
+    """Debian's ``prometheus`` with ``config`` (written to workdir/prometheus.yml), its TSDB and log
+    in ``workdir``, on a ``free_port``; returns it once /-/ready answers, and its base URL.
+
+    If it never gets ready it is stopped and the error carries the end of its log (a bind error,
+    a bad rule file), not only "exited".
+    """
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(dict(config)), encoding="utf-8")
+    port = free_port()
+    prom = start_process(
+        "prometheus",
+        [
+            binary,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address={HOST}:{port}",
+        ],
+        workdir / "prometheus.log",
+    )
+    url = f"http://{HOST}:{port}"
+    try:
+        wait_for_http_ok(
+            f"{url}/-/ready", ready_timeout_seconds, alive=lambda: prom.popen.poll() is None, poll_seconds=0.2
+        )
+    except (TimeoutError, RuntimeError) as exc:
+        stop_process_tree(prom, grace_seconds=5)
+        raise RuntimeError(
+            f"prometheus did not get ready: {exc}\n--- {prom.output} (tail) ---\n{prom.output_tail()}"
+        ) from exc
+    return prom, url
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +358,30 @@ def as_busy_neighbour(argv: list[str]) -> list[str]:
     own polls then waited seconds for a core (measured: a poll accepted 1.4 s late, handed to a
     worker 0.7 s later, answered 0.7 s after that; once over 10 s). A lower priority for vLLM
     gives kvwatch that precedence without changing anything vLLM computes or reports.
+
+    A nice value only orders the processes of one session, though, where the kernel groups
+    sessions (``yield_session``): enough when vLLM is a child of ``kvwatch run``, not when the
+    harness starts it in a session of its own (``start_process(busy_neighbour=True)`` does both).
     """
     return ["nice", "-n", str(VLLM_NICE), *argv]
+
+
+def yield_session(pid: int) -> None:
+    """Give the session ``pid`` leads the CPU weight of nice ``VLLM_NICE`` against other sessions.
+
+    With sched_autogroup (CONFIG_SCHED_AUTOGROUP, /proc/sys/kernel/sched_autogroup_enabled = 1, as
+    on this machine and most distribution kernels) the scheduler first shares the CPU between
+    sessions, each an autogroup of weight nice 0, and only inside a session by each process's own
+    nice value (sched(7), "The autogroup feature"). vLLM started by the harness leads a session of
+    its own, so its ``nice`` ordered it against nothing: measured with vLLM under the e2e load, a
+    scrape of kvwatch took up to 14.2 s (kvwatch's threads 0.21 s on a CPU and 103 s waiting for
+    one in 35 s) and 0.06 s once the session's own weight was lowered as here. The value is the
+    autogroup's, shared by every process of the session, so vLLM's EngineCore and workers, forked
+    later or already, are covered too. Raising it needs no privilege; a kernel without autogroups
+    has no such file, and there the ``nice`` of ``as_busy_neighbour`` already orders processes.
+    """
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(f"{VLLM_NICE}\n")
 
 
 def serve_env(cache_dir: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -336,7 +437,7 @@ class VllmServer:
 
     def start(self, ready_timeout_seconds: float = 240.0) -> float:
         """Start and wait for /health; return the seconds to ready. On failure stop and raise."""
-        self.process = start_process("vllm serve", as_busy_neighbour(self.argv), self.log_path, env=self.env)
+        self.process = start_process("vllm serve", self.argv, self.log_path, env=self.env, busy_neighbour=True)
         proc = self.process
         try:
             self.ready_seconds = wait_for_http_ok(

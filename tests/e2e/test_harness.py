@@ -18,6 +18,7 @@ import pytest
 from . import vllm_env
 from .load import ClosedLoopLoad, LoadConfig, require_loopback
 from .server import (
+    VLLM_NICE,
     ServeConfig,
     free_port,
     port_is_free,
@@ -192,6 +193,37 @@ def test_ports_are_free_after_their_listener_stops() -> None:
     finally:
         server.server_close()
     assert port_is_free(port)
+
+
+def test_free_ports_are_outside_the_kernels_ephemeral_range_and_never_repeat() -> None:
+    """A port the kernel hands out to connect() or bind(0) can be taken between the pick and the
+    child's bind (CI: Prometheus exited with "bind: address already in use")."""
+    low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 <= port < low for port in ports), (low, high, ports)
+    assert all(port_is_free(port) for port in ports)
+
+
+def test_a_busy_neighbour_yields_the_cpu_inside_and_outside_its_session(tmp_path: Path) -> None:
+    """vLLM leads a session of its own under the harness: its nice alone orders it against nothing
+    where the kernel groups sessions (autogroup), so the session's weight is lowered too."""
+    code = "import time; print('ready', flush=True); time.sleep(30)"
+    proc = start_process("py", [sys.executable, "-c", code], tmp_path / "out.txt", busy_neighbour=True)
+    try:
+        pid = proc.popen.pid
+        assert os.getsid(pid) == pid  # a session of its own, as vLLM has
+        for _ in range(100):  # nice execs the interpreter: same pid, once it has started
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(sys.executable.encode()):
+                break
+            threading.Event().wait(0.1)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == VLLM_NICE
+        autogroup = Path(f"/proc/{pid}/autogroup")
+        if autogroup.exists():  # CONFIG_SCHED_AUTOGROUP: the session's own weight
+            assert autogroup.read_text().split()[-1] == str(VLLM_NICE), autogroup.read_text()
+            assert Path("/proc/self/autogroup").read_text() != autogroup.read_text()
+    finally:
+        stop_process_tree(proc, grace_seconds=1.0)
 
 
 def test_serve_argv_is_the_fixture_recipe_on_loopback(tmp_path: Path) -> None:

@@ -21,13 +21,17 @@ from typing import Any
 
 import pytest
 import requests
-import yaml
 
 from tests.conftest import require_binary
 from tests.helpers import run
 
 from .load import ClosedLoopLoad, LoadConfig
-from .server import StartedProcess, VllmServer, free_port, start_process, stop_process_tree, wait_for_http_ok
+from .server import (
+    StartedProcess,
+    VllmServer,
+    start_prometheus,
+    stop_process_tree,
+)
 from .vllm_env import VllmEnv
 
 LOAD_SECONDS = 30.0
@@ -75,22 +79,13 @@ def real_run(vllm_env: VllmEnv, tiny_llama_dir: Path, tmp_path_factory: pytest.T
         metrics = server.metrics_url
         first = tmp / "scrape-first.prom"
         first.write_text(requests.get(metrics, timeout=10).text)
-        port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
             "scrape_configs": [
                 {"job_name": "vllm", "static_configs": [{"targets": [metrics.split("//")[1].split("/")[0]]}]}
             ],
         }
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-        prom = start_process(
-            "prometheus",
-            [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            tmp / "prometheus.log",
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        wait_for_http_ok(f"{url}/-/ready", 60, alive=lambda: prom is not None and prom.popen.poll() is None)
+        prom, url = start_prometheus(binary, tmp, config)
         deadline = time.monotonic() + CATCH_UP_TIMEOUT
         while time.monotonic() < deadline and not _prom_value(url, "vllm:num_requests_running"):
             time.sleep(0.5)
