@@ -3,7 +3,7 @@
 PY ?= .venv/bin/python
 VENV ?= .venv
 
-.PHONY: venv check fmt lint types boundaries test e2e bench contract
+.PHONY: venv check fmt lint types boundaries test test-busy e2e bench contract
 
 venv:
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ boundaries:
 
 test:
 	$(PY) -m pytest -q
+
+# The same tests on a busy machine: stress-ng keeps one worker spinning on every core throughout.
+test-busy:
+	stress-ng --cpu 0 --quiet & load=$$!; \
+	$(PY) -m pytest -q; rc=$$?; kill $$load; wait $$load; exit $$rc
 
 e2e:
 	KVWATCH_RUN_VLLM=1 $(PY) -m pytest -q tests/e2e
