@@ -26,7 +26,7 @@ from kvwatch.reconcile.simulate.sizes import from_buckets, from_range_ratio
 from tests.helpers import recorded_calibration
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED = ROOT.parent / "shared" / "fixtures" / "vllm-cpu-seed"
+SEED = ROOT / "tests" / "fixtures" / "vllm-cpu-seed"  # the bundled copy of shared/fixtures/vllm-cpu-seed
 PREFIX = ROOT / "tests" / "fixtures" / "vllm-cpu-prefix"
 POOL960 = ROOT / "tests" / "fixtures" / "vllm-cpu-pool960"
 OPENLOOP = ROOT / "tests" / "fixtures" / "vllm-cpu-openloop"

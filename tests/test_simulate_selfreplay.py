@@ -21,7 +21,7 @@ from tests.helpers import recorded_calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = {
-    "seed": ROOT.parent / "shared" / "fixtures" / "vllm-cpu-seed",
+    "seed": ROOT / "tests" / "fixtures" / "vllm-cpu-seed",  # the bundled copy of shared/fixtures/vllm-cpu-seed
     "seed-rerun": ROOT / "tests" / "fixtures" / "vllm-cpu-seed-rerun",
     "prefix": ROOT / "tests" / "fixtures" / "vllm-cpu-prefix",
     "spread": ROOT / "tests" / "fixtures" / "vllm-cpu-spread",

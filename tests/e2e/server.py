@@ -167,15 +167,13 @@ def start_process(
     env: Mapping[str, str] | None = None,
     stderr_output: Path | None = None,
     cwd: Path | None = None,
-    busy_neighbour: bool = False,
+    busy_session: bool = False,
 ) -> StartedProcess:
     """Start ``argv`` in a new session with stdout (and stderr, unless ``stderr_output``) in files.
 
-    ``busy_neighbour``: the process, and the session it leads, yield the CPU to everything else
-    (``as_busy_neighbour`` and ``yield_session``); for vLLM's CPU engine beside kvwatch.
+    ``busy_session``: the session yields the CPU to every other session (``yield_session``); for
+    a session that holds vLLM's CPU engine, whether vLLM leads it or runs under ``kvwatch run``.
     """
-    if busy_neighbour:
-        argv = as_busy_neighbour(list(argv))
     output.parent.mkdir(parents=True, exist_ok=True)
     with open(output, "wb") as out:
         err = open(stderr_output, "wb") if stderr_output else subprocess.STDOUT  # noqa: SIM115
@@ -192,7 +190,7 @@ def start_process(
         finally:
             if stderr_output:
                 err.close()  # type: ignore[union-attr]
-    if busy_neighbour:
+    if busy_session:
         yield_session(popen.pid)
     started = StartedProcess(name=name, popen=popen, output=output)
     started.remember_tree()
@@ -360,8 +358,7 @@ def as_busy_neighbour(argv: list[str]) -> list[str]:
     gives kvwatch that precedence without changing anything vLLM computes or reports.
 
     A nice value only orders the processes of one session, though, where the kernel groups
-    sessions (``yield_session``): enough when vLLM is a child of ``kvwatch run``, not when the
-    harness starts it in a session of its own (``start_process(busy_neighbour=True)`` does both).
+    sessions: the session that holds vLLM must also yield to the harness's own (``yield_session``).
     """
     return ["nice", "-n", str(VLLM_NICE), *argv]
 
@@ -379,6 +376,11 @@ def yield_session(pid: int) -> None:
     autogroup's, shared by every process of the session, so vLLM's EngineCore and workers, forked
     later or already, are covered too. Raising it needs no privilege; a kernel without autogroups
     has no such file, and there the ``nice`` of ``as_busy_neighbour`` already orders processes.
+
+    Under ``kvwatch run`` vLLM shares kvwatch's session, as it shares the pod's container: the
+    whole session yields to the harness (Prometheus and the clients, outside the pod), and inside
+    it vLLM's ``nice`` yields to kvwatch. Without that the harness's polls themselves waited for a
+    core (a clean run: 5 polls in 36 s of load, the slowest 6.5 s, too few to see vLLM's pool full).
     """
     with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/autogroup").write_text(f"{VLLM_NICE}\n")
@@ -437,7 +439,9 @@ class VllmServer:
 
     def start(self, ready_timeout_seconds: float = 240.0) -> float:
         """Start and wait for /health; return the seconds to ready. On failure stop and raise."""
-        self.process = start_process("vllm serve", self.argv, self.log_path, env=self.env, busy_neighbour=True)
+        self.process = start_process(
+            "vllm serve", as_busy_neighbour(self.argv), self.log_path, env=self.env, busy_session=True
+        )
         proc = self.process
         try:
             self.ready_seconds = wait_for_http_ok(

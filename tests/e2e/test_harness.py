@@ -20,6 +20,7 @@ from .load import ClosedLoopLoad, LoadConfig, require_loopback
 from .server import (
     VLLM_NICE,
     ServeConfig,
+    as_busy_neighbour,
     free_port,
     port_is_free,
     serve_argv,
@@ -206,13 +207,15 @@ def test_free_ports_are_outside_the_kernels_ephemeral_range_and_never_repeat() -
 
 
 def test_a_busy_neighbour_yields_the_cpu_inside_and_outside_its_session(tmp_path: Path) -> None:
-    """vLLM leads a session of its own under the harness: its nice alone orders it against nothing
-    where the kernel groups sessions (autogroup), so the session's weight is lowered too."""
+    """vLLM leads a session of its own under the harness, or shares kvwatch's under ``kvwatch run``:
+    its nice orders it inside the session, and the session's own weight (autogroup) against the
+    harness's, where the kernel groups sessions."""
     code = "import time; print('ready', flush=True); time.sleep(30)"
-    proc = start_process("py", [sys.executable, "-c", code], tmp_path / "out.txt", busy_neighbour=True)
+    argv = as_busy_neighbour([sys.executable, "-c", code])
+    proc = start_process("py", argv, tmp_path / "out.txt", busy_session=True)
     try:
         pid = proc.popen.pid
-        assert os.getsid(pid) == pid  # a session of its own, as vLLM has
+        assert os.getsid(pid) == pid  # a session of its own, as vLLM or kvwatch run has
         for _ in range(100):  # nice execs the interpreter: same pid, once it has started
             if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(sys.executable.encode()):
                 break

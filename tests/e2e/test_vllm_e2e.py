@@ -348,6 +348,7 @@ def _run_wrapper(sc: Scenario, env: VllmEnv, model_dir: Path) -> None:
         sc.workdir / "kvwatch.out",
         env=serve_env(env.cache_dir),
         stderr_output=sc.workdir / "kvwatch.err",
+        busy_session=True,  # the pod: vLLM and kvwatch yield to the harness, vLLM to kvwatch by nice
     )
     try:
         vllm_base = f"http://{HOST}:{vllm_port}"

@@ -43,7 +43,7 @@ def test_kvwatch_run_sigkilled_takes_real_vllm_and_its_engine_core_within_5_seco
     ]  # fmt: skip
     kvwatch = start_process(
         "kvwatch run", argv, tmp_path / "kvwatch.out", env=serve_env(vllm_env.cache_dir),
-        stderr_output=tmp_path / "kvwatch.err",
+        stderr_output=tmp_path / "kvwatch.err", busy_session=True,
     )  # fmt: skip
     tree: list[int] = []
     try:
