@@ -2,7 +2,8 @@
 
 Three figures, medians of --runs (default 3):
 
-* the seed run (shared/fixtures/vllm-cpu-seed: log + 20 scrapes): ``kvwatch simulate`` in-process,
+* the seed run (tests/fixtures/vllm-cpu-seed, the bundled shared/fixtures/vllm-cpu-seed: log + 20
+  scrapes): ``kvwatch simulate`` in-process,
   calibration + replay + the observed scenario + every lever, against reading the same evidence
   alone (the analyze reader + the scrape parser), target < 5 s;
 * one simulated hour of a 256-sequence server (closed loop of 300 users, 1,000 + 500 tokens,
@@ -31,7 +32,7 @@ from kvwatch.commands.simulate import _build, _read_evidence
 from kvwatch.reconcile.simulate.engine import EngineConfig, SimResult, StepTime, Workload, simulate
 from kvwatch.reconcile.simulate.rules import V0_32_0
 
-SEED = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "vllm-cpu-seed"
+SEED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-cpu-seed"
 SERVER = EngineConfig(
     blocks=28_000, block_size=16, max_num_seqs=256, max_num_batched_tokens=8192, prefix_caching=True, max_model_len=8192
 )

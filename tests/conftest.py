@@ -19,7 +19,6 @@ from tests.helpers import EVENT_CEILING_SECONDS, Kvwatch
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
-SHARED = ROOT.parent / "shared"
 
 
 def pytest_configure(config: pytest.Config) -> None:
