@@ -235,8 +235,10 @@ def _drive(sc: Scenario, kvwatch: StartedProcess, kvwatch_url: str, vllm_base: s
                 sc.kvwatch_error = f"kvwatch exited with {kvwatch.popen.returncode} under load"
                 break
             sc.under_load.append(_poll(kvwatch_url, vllm_metrics, time.monotonic() - t0))
-            seen = any(1.0 in p.memory_bound for p in sc.under_load)
-            if seen and time.monotonic() - t0 >= LOAD_SECONDS:
+            # Load on until both have shown it: kvwatch's gauge, and vLLM's own numbers (the
+            # precondition below). On a loaded machine vLLM can take longer than LOAD_SECONDS to
+            # fill its pool where a poll or a stats line sees it; LOAD_SECONDS_MAX still bounds it.
+            if time.monotonic() - t0 >= LOAD_SECONDS and _both_saw_memory_bound(sc):
                 load.stop()  # no new request; those in flight drain
             time.sleep(POLL_SECONDS)
     finally:
@@ -270,6 +272,13 @@ def _drive(sc: Scenario, kvwatch: StartedProcess, kvwatch_url: str, vllm_base: s
         return mine == [sum(values(sc.final_vllm, "vllm:num_preemptions_total"))]
 
     _wait_until(same_preemptions, 5 * SCRAPE_INTERVAL + 2 * SCRAPE_TIMEOUT)
+
+
+def _both_saw_memory_bound(sc: Scenario) -> bool:
+    """kvwatch's gauge said memory-bound, and vLLM's own polls or stats lines show it too."""
+    if not any(1.0 in p.memory_bound for p in sc.under_load):
+        return False
+    return _memory_bound_by_vllm_numbers(sc.under_load) or _memory_bound_by_vllm_numbers(_vllm_stats_lines(sc))
 
 
 def _kvwatch_argv(*args: str) -> list[str]:
