@@ -126,7 +126,7 @@ class LineSplitter:
         # either way). Pieces, straight from a memoryview, keep what a catch-up read of 8 MiB
         # holds at once to a few hundred KiB. A CR or NUL in a piece, or a line over the bound,
         # sends the rest the line-by-line way below, which treats those.
-        view, stream, end = memoryview(data), self._stream, len(data)
+        view, stream = memoryview(data), self._stream
         while True:
             last = data.rfind(b"\n", start, start + _PIECE_BYTES)
             if last <= start or data.find(b"\r", start, last) >= 0 or data.find(b"\0", start, last) >= 0:
@@ -136,8 +136,6 @@ class LineSplitter:
             texts = str(view[start:last], "utf-8", "replace").split("\n")
             lines += [_new_line(Line, (text, False, stream)) for text in texts]
             start = last + 1
-            if start >= end:
-                break
         find = data.find
         while True:
             nl = find(b"\n", start)

@@ -35,6 +35,7 @@ HOST = "127.0.0.1"
 _HANDED_OUT: set[int] = set()
 #: How far below the kernel's ephemeral range free_port looks.
 _PORTS_BELOW_EPHEMERAL = 12_000
+_RNG = random.Random()  # seeded from the OS: two test processes start at different ports
 
 
 def _ephemeral_low() -> int:
@@ -57,9 +58,9 @@ def free_port(host: str = HOST) -> int:
     read from the kernel, and this process never hands the same port out twice.
     """
     low = _ephemeral_low()
-    candidates = list(range(max(1024, low - _PORTS_BELOW_EPHEMERAL), low))
-    random.SystemRandom().shuffle(candidates)
-    for port in candidates:
+    first = max(1024, low - _PORTS_BELOW_EPHEMERAL)
+    for _ in range(1000) if first < low else ():
+        port = _RNG.randrange(first, low)
         if port in _HANDED_OUT:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
